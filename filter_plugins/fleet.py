@@ -1,0 +1,100 @@
+"""Filters of vllm-fleet: inventory validation, model resolution, rendering.
+
+Thin wrappers: the logic lives in the `vllm_fleet` package so that the roles,
+`vllm-fleet plan` and the tests share one implementation.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from vllm_fleet import models, render, validation
+except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from vllm_fleet import models, render, validation
+
+
+def _plain(value):
+    """Deep-copy Ansible's lazy/tagged containers into plain Python values."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    # Ansible hands templated values over as tagged subclasses; give the validator plain types.
+    for plain in (bool, str, int, float):
+        if isinstance(value, plain):
+            return plain(value)
+    return value
+
+
+def fleet_inventory_problems(hostvars, hosts):
+    """Every problem of the inventory for `hosts` (names), as sentences; [] if valid."""
+    collected = {}
+    for host in hosts:
+        hv = hostvars[host]
+        wanted = set(validation.fleet_variables()) | set(validation.role_options())
+        wanted |= {"ansible_host", "ansible_port"}
+        names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
+        collected[host] = {k: _plain(hv[k]) for k in names}
+    try:
+        return validation.validate_hosts(collected)
+    except Exception as exc:  # a bug here must name the filter, not look like an inventory error
+        raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
+
+
+def _role_names():
+    return {role for role, _ in validation.role_options().values()}
+
+
+def fleet_resolve_models(fleet_models, accelerator, serve_defaults=None, serve_env=None,
+                         launch_profiles=None, base_port=None):
+    resolved, problems = models.resolve_models(
+        _plain(fleet_models), _plain(accelerator), serve_defaults=_plain(serve_defaults),
+        serve_env=_plain(serve_env), launch_profiles=_plain(launch_profiles), base_port=base_port)
+    if problems:
+        raise AnsibleFilterError("fleet_resolve_models: " + "; ".join(problems))
+    return resolved
+
+
+def vllm_serve_argv(model, executable="vllm"):
+    return render.serve_argv(_plain(model), executable)
+
+
+def systemd_command(argv):
+    return render.systemd_command(_plain(argv))
+
+
+def shell_command(argv):
+    return render.shell_command(_plain(argv))
+
+
+def env_file(env):
+    try:
+        return render.env_file(_plain(env))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"env_file: {exc}") from exc
+
+
+def tiktoken_cache_key(url):
+    if not isinstance(url, str) or "://" not in url:
+        raise AnsibleFilterError(f"tiktoken_cache_key: expected a URL, got {url!r}")
+    return render.tiktoken_cache_key(url)
+
+
+class FilterModule:
+    """vllm-fleet filters."""
+
+    def filters(self):
+        return {
+            "fleet_inventory_problems": fleet_inventory_problems,
+            "fleet_resolve_models": fleet_resolve_models,
+            "vllm_serve_argv": vllm_serve_argv,
+            "systemd_command": systemd_command,
+            "shell_command": shell_command,
+            "env_file": env_file,
+            "tiktoken_cache_key": tiktoken_cache_key,
+        }

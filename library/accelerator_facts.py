@@ -1,0 +1,403 @@
+#!/usr/bin/python
+# Copyright (c) vllm-fleet contributors
+# Apache-2.0 (see pyproject.toml)
+"""Ansible module: read-only facts about a node's accelerators."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: accelerator_facts
+short_description: Gather facts about the accelerators of a node
+description:
+  - Reads the PCI tree, the device nodes and the vendor's management tool
+    (C(npu-smi) for Huawei Ascend, C(mx-smi) for MetaX, C(mthreads-gmi) for Moore Threads,
+    C(nvidia-smi) for NVIDIA) and returns what they say as C(ansible_facts.accelerators).
+  - Counts only accelerator-class PCI functions (display controllers, class C(0x03),
+    and processing accelerators, class C(0x12)), so companion functions such as a GPU's
+    HDMI audio are not taken for accelerators.
+  - Never changes anything. When the vendor tool is missing or fails (no driver, a driver
+    upgrade waiting for a reboot), the module still succeeds and reports the PCI functions
+    and device nodes, with O(ansible_facts.accelerators.smi.available=false) and the tool's
+    error text.
+  - Runs the tool with C(LC_ALL=C), so its output is the English layout this module parses.
+version_added: "0.1.0"
+author:
+  - vllm-fleet contributors
+options:
+  vendor:
+    description:
+      - Accelerator vendor of the node.
+      - When omitted, the vendor with the most accelerator functions in O(pci_path) is used.
+      - Set it on hosts that carry cards of several vendors.
+    type: str
+    choices: [ascend, metax, musa, nvidia]
+  pci_path:
+    description:
+      - Directory of PCI functions, one sub-directory per address holding C(vendor),
+        C(device) and C(class) files.
+      - A path that does not exist reads as a node without accelerators.
+    type: path
+    default: /sys/bus/pci/devices
+  dev_path:
+    description:
+      - Directory holding the device nodes (C(davinci0), C(nvidiactl), C(dri/renderD128), ...).
+    type: path
+    default: /dev
+  smi_path:
+    description:
+      - Full path of the vendor tool.
+      - When omitted, the tool is looked up in the vendor's usual install directories
+        (C(/usr/local/bin) and C(/usr/local/sbin) for C(npu-smi), C(/opt/maca/bin) and
+        C(/opt/mxdriver/bin) for C(mx-smi), C(/usr/bin) for C(mthreads-gmi) and C(nvidia-smi)),
+        then on E(PATH) and in the C(sbin) directories.
+      - Needs O(vendor) on a node where no accelerator is found on PCI, since the module
+        could not know which tool it is.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; it behaves the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - C(family) comes from the PCI device ID, C(model) from the vendor tool, so a node whose
+    driver is not loaded has a family but no model.
+  - C(firmware_version) is only known for Ascend, from C(npu-smi info -t board -i N).
+  - Ascend C(Alarm) health is reported as C(Critical). C(mx-smi), C(mthreads-gmi) and the
+    C(nvidia-smi) query have no warning level; a device they list normally is C(OK) and one
+    they flag as unavailable or erroneous is C(Critical).
+seealso:
+  - name: npu-smi command reference
+    description: Huawei's reference for the Ascend management tool.
+    link: https://support.huawei.com/enterprise/en/doc/EDOC1100079287
+  - name: nvidia-smi documentation
+    description: NVIDIA's reference for C(--query-gpu) and C(--format=csv).
+    link: https://docs.nvidia.com/deploy/nvidia-smi/index.html
+"""
+
+EXAMPLES = r"""
+- name: Gather accelerator facts
+  accelerator_facts:
+
+- name: Check that the node has the accelerators its group says
+  ansible.builtin.assert:
+    that:
+      - ansible_facts['accelerators']['vendor'] == fleet_accelerator['vendor']
+      - ansible_facts['accelerators']['count'] == fleet_accelerator['count']
+    fail_msg: >-
+      {{ inventory_hostname }} has {{ ansible_facts['accelerators']['count'] }}
+      {{ ansible_facts['accelerators']['vendor'] }} accelerators, the inventory expects
+      {{ fleet_accelerator['count'] }} {{ fleet_accelerator['vendor'] }}
+
+- name: Read an NVIDIA node whose nvidia-smi lives outside PATH
+  accelerator_facts:
+    vendor: nvidia
+    smi_path: /opt/nvidia/bin/nvidia-smi
+
+- name: Read a fake PCI and /dev tree (tests)
+  accelerator_facts:
+    vendor: ascend
+    pci_path: /tmp/pci
+    dev_path: /tmp/dev
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    accelerators:
+      description: What the node's PCI tree, device nodes and vendor tool report.
+      returned: always
+      type: dict
+      contains:
+        vendor:
+          description: Vendor given in O(vendor) or detected on PCI; V(null) when none is found.
+          returned: always
+          type: str
+          sample: ascend
+        vendor_id:
+          description: PCI vendor ID of O(vendor).
+          returned: always
+          type: str
+          sample: "0x19e5"
+        family:
+          description: Product family from the PCI device ID of the first accelerator;
+            V(null) when the device ID is not known to the module or there is none.
+          returned: always
+          type: str
+          sample: 910B
+        model:
+          description: Device name reported by the vendor tool for the first device;
+            V(null) when the tool is unavailable.
+          returned: always
+          type: str
+          sample: 910B3
+        count:
+          description: Number of accelerator PCI functions of the vendor.
+          returned: always
+          type: int
+          sample: 8
+        pci_devices:
+          description: The accelerator PCI functions, by address.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            address:
+              description: PCI address.
+              type: str
+              sample: "0000:c1:00.0"
+            vendor_id:
+              description: PCI vendor ID.
+              type: str
+              sample: "0x19e5"
+            device_id:
+              description: PCI device ID.
+              type: str
+              sample: "0xd802"
+            family:
+              description: Product family of the device ID, or V(null).
+              type: str
+              sample: 910B
+        device_nodes:
+          description: Existing device nodes of the vendor, in natural order.
+          returned: always
+          type: list
+          elements: str
+          sample: [/dev/davinci0, /dev/davinci1, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc]
+        device_node_count:
+          description: Number of per-device nodes (C(davinciN), C(nvidiaN),
+            C(dri/renderDN) for MetaX, C(mtgpu.N) for Moore Threads).
+          returned: always
+          type: int
+          sample: 8
+        missing_device_nodes:
+          description: Control nodes the vendor's driver creates that are absent
+            (C(davinci_manager), C(devmm_svm), C(hisi_hdc); C(nvidiactl), C(nvidia-uvm);
+            C(mxcd)).
+          returned: always
+          type: list
+          elements: str
+          sample: []
+        smi:
+          description: The vendor tool and how its listing went.
+          returned: always
+          type: dict
+          contains:
+            tool:
+              description: Name of the tool; V(null) without a vendor.
+              type: str
+              sample: npu-smi
+            path:
+              description: Path of the tool that was run or asked for; V(null) when not found.
+              type: str
+              sample: /usr/local/bin/npu-smi
+            available:
+              description: Whether the tool ran and exited 0.
+              type: bool
+              sample: true
+            rc:
+              description: Exit status of the listing; V(null) when it did not run.
+              type: int
+              sample: 0
+            error:
+              description: Why the tool is unavailable (its output, or why it was not run).
+              type: str
+              sample: "dcmi module initialize failed. ret is -8005"
+        driver_version:
+          description: Driver version reported by the tool.
+          returned: always
+          type: str
+          sample: 24.1.0.3
+        firmware_version:
+          description: Firmware version (Ascend only, from C(npu-smi info -t board)); V(null) otherwise.
+          returned: always
+          type: str
+          sample: 7.5.0.1.129
+        devices:
+          description: Devices listed by the tool; empty when it is unavailable.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            index:
+              description: Device index in the tool (NPU ID for Ascend).
+              type: int
+              sample: 0
+            name:
+              description: Device name.
+              type: str
+              sample: 910B3
+            health:
+              description: V(OK), V(Warning), V(Critical) or V(unknown).
+              type: str
+              sample: OK
+            bus_id:
+              description: PCI address in sysfs spelling.
+              type: str
+              sample: "0000:c1:00.0"
+            memory_total_mb:
+              description: Device memory in MiB (HBM on Ascend).
+              type: int
+              sample: 65536
+            memory_used_mb:
+              description: Device memory in use, in MiB.
+              type: int
+              sample: 3396
+        health:
+          description: V(OK) when every device is healthy, else the worst of V(Warning) and
+            V(Critical); V(unknown) when the tool is unavailable or lists no device.
+          returned: always
+          type: str
+          sample: OK
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_fleet_accel import (
+    LISTING_ARGS,
+    PARSERS,
+    VENDORS,
+    detect_vendor,
+    find_device_nodes,
+    overall_health,
+    parse_npu_smi_keyvalues,
+    scan_pci,
+)
+
+# Keep error texts short in facts: a failing tool can print pages.
+ERROR_TAIL_LINES = 5
+
+
+def locate_tool(module, vendor, smi_path):
+    """Return ``(path, error)`` for the vendor tool; ``path`` is None when not usable."""
+    spec = VENDORS[vendor]
+    if smi_path:
+        if os.path.isfile(smi_path) and os.access(smi_path, os.X_OK):
+            return smi_path, None
+        return smi_path, '%s is not an executable file' % smi_path
+    path = module.get_bin_path(spec['tool'], opt_dirs=spec['tool_dirs'])
+    if path:
+        return path, None
+    return None, '%s not found in %s, on PATH or in the sbin directories' % (
+        spec['tool'], ', '.join(spec['tool_dirs']))
+
+
+def run_tool(module, path, args):
+    """Run the tool in the C locale; never fails the module (a broken tool is a fact)."""
+    try:
+        return module.run_command([path] + list(args), environ_update={'LC_ALL': 'C'},
+                                  handle_exceptions=False)
+    except OSError as exc:
+        return None, '', '%s: %s' % (path, exc.strerror or exc)
+
+
+def error_text(rc, out, err):
+    """The tool's own words on why it failed: stderr, else stdout (npu-smi uses stdout)."""
+    text = (err or '').strip() or (out or '').strip()
+    if not text:
+        return 'exited with status %s and printed nothing' % rc
+    return '\n'.join(text.splitlines()[-ERROR_TAIL_LINES:])
+
+
+def ascend_firmware(module, path, devices):
+    """Firmware version from ``npu-smi info -t board`` of the first NPU, or None."""
+    if not devices:
+        return None
+    rc, out, _err = run_tool(module, path, ['info', '-t', 'board', '-i', str(devices[0]['index'])])
+    if rc != 0:
+        return None
+    return parse_npu_smi_keyvalues(out).get('Firmware Version')
+
+
+def gather(module):
+    """Collect the facts; the only side effect is running the vendor tool read-only."""
+    params = module.params
+    functions = scan_pci(params['pci_path'])
+    vendor = params['vendor'] or detect_vendor(functions)
+
+    if params['smi_path'] and vendor is None:
+        module.fail_json(msg='smi_path=%s needs vendor: no accelerator was found under %s to '
+                             'tell which tool it is' % (params['smi_path'], params['pci_path']))
+
+    facts = {
+        'vendor': vendor,
+        'vendor_id': VENDORS[vendor]['pci_vendor_id'] if vendor else None,
+        'family': None,
+        'model': None,
+        'count': 0,
+        'pci_devices': [],
+        'device_nodes': [],
+        'device_node_count': 0,
+        'missing_device_nodes': [],
+        'smi': {'tool': None, 'path': None, 'available': False, 'rc': None,
+                'error': 'no accelerator vendor given or found on PCI'},
+        'driver_version': None,
+        'firmware_version': None,
+        'devices': [],
+        'health': 'unknown',
+    }
+    if vendor is None:
+        return facts
+
+    mine = [f for f in functions if f['vendor'] == vendor]
+    facts['pci_devices'] = [{key: f[key] for key in ('address', 'vendor_id', 'device_id', 'family')}
+                            for f in mine]
+    facts['count'] = len(mine)
+    facts['family'] = mine[0]['family'] if mine else None
+
+    nodes = find_device_nodes(params['dev_path'], vendor)
+    facts['device_nodes'] = nodes['nodes']
+    facts['device_node_count'] = nodes['per_device_count']
+    facts['missing_device_nodes'] = nodes['missing']
+
+    path, error = locate_tool(module, vendor, params['smi_path'])
+    smi = {'tool': VENDORS[vendor]['tool'], 'path': path, 'available': False, 'rc': None,
+           'error': error}
+    facts['smi'] = smi
+    if error:
+        return facts
+
+    rc, out, err = run_tool(module, path, LISTING_ARGS[vendor])
+    smi['rc'] = rc
+    if rc != 0:
+        smi['error'] = error_text(rc, out, err)
+        return facts
+    smi['available'] = True
+
+    parsed = PARSERS[vendor](out)
+    facts['devices'] = parsed['devices']
+    facts['driver_version'] = parsed['driver_version']
+    facts['model'] = parsed['devices'][0]['name'] if parsed['devices'] else None
+    facts['health'] = overall_health(parsed['devices'])
+    if vendor == 'ascend':
+        facts['firmware_version'] = ascend_firmware(module, path, parsed['devices'])
+    return facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            vendor=dict(type='str', choices=sorted(VENDORS)),
+            pci_path=dict(type='path', default='/sys/bus/pci/devices'),
+            dev_path=dict(type='path', default='/dev'),
+            smi_path=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    for name in ('pci_path', 'dev_path'):
+        path = module.params[name]
+        if os.path.exists(path) and not os.path.isdir(path):
+            module.fail_json(msg='%s=%s is not a directory' % (name, path))
+
+    module.exit_json(changed=False, ansible_facts={'accelerators': gather(module)})
+
+
+if __name__ == '__main__':
+    main()

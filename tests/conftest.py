@@ -1,0 +1,37 @@
+"""Shared pytest fixtures of vllm-fleet."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "inventories" / "example"
+GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes", "nvidia-01": "nvidia-nodes"}
+
+
+def load_group_vars(inventory: Path, group: str) -> dict:
+    merged: dict = {}
+    for path in sorted((inventory / "group_vars" / group).glob("*.yml")):
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    return merged
+
+
+def example_hosts() -> dict[str, dict]:
+    """Variables of each example host as Ansible would merge them (all < fleet < vendor group < host)."""
+    base = {**load_group_vars(EXAMPLE, "all"), **load_group_vars(EXAMPLE, "fleet")}
+    hosts_doc = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
+    hosts = {}
+    for group, body in hosts_doc["all"]["children"]["fleet"]["children"].items():
+        for host, host_vars in (body.get("hosts") or {}).items():
+            hosts[host] = {**base, **load_group_vars(EXAMPLE, group), **(host_vars or {})}
+    return hosts
+
+
+@pytest.fixture
+def example():
+    """A fresh deep copy of the example inventory's host variables."""
+    return copy.deepcopy(example_hosts())

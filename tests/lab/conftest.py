@@ -1,0 +1,58 @@
+"""A lab for the integration tests: its own name, ports and inventory, so it never
+disturbs the lab a person uses (`vllm-fleet lab up` with the default name)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = "itest"
+INVENTORY = ROOT / ".cache" / "itest" / "inventory"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.lab)
+
+
+@pytest.fixture(scope="session")
+def lab():
+    from vllm_fleet import lab as lab_api
+
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    lab_api.up(LAB, vendors=["ascend", "nvidia"], inventory_dir=INVENTORY, log=lambda m: None)
+    yield lab_api
+    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
+        lab_api.down(LAB, log=lambda m: None)
+
+
+def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False) -> subprocess.CompletedProcess:
+    """ansible-playbook against the test lab, from the project root like a user would."""
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_DEPRECATION_WARNINGS": "0"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP lines -> {host: {ok, changed, unreachable, failed, ...}}."""
+    out: dict[str, dict[str, int]] = {}
+    in_recap = False
+    for line in stdout.splitlines():
+        if line.startswith("PLAY RECAP"):
+            in_recap = True
+            continue
+        if in_recap and ":" in line and "=" in line:
+            host, _, rest = line.partition(":")
+            out[host.strip()] = {k: int(v) for k, v in (kv.split("=") for kv in rest.split())}
+        elif in_recap and not line.strip():
+            in_recap = False
+    return out

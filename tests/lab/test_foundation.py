@@ -1,0 +1,83 @@
+"""The foundation against real lab nodes: validation touches nothing, preflight names
+the mismatch, site.yml converges and is idempotent, nodes survive a reboot."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .conftest import LAB, recap, run_playbook
+
+
+def test_site_converges_then_changes_nothing(lab):
+    run_playbook(check=True)
+    second = run_playbook(check=True)
+    counts = recap(second.stdout)
+    assert set(counts) == {"ascend-01", "nvidia-01"}
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+def test_invalid_inventory_stops_before_any_node_is_contacted(lab):
+    # A stopped node would show up as UNREACHABLE if anything tried to reach it.
+    lab.stop(LAB, "nvidia-01")
+    try:
+        proc = run_playbook("-e", '{"fleet_matrix": {"python": 3.11}}')
+    finally:
+        lab.start(LAB, "nvidia-01")
+    assert proc.returncode != 0
+    assert "The inventory is invalid; nothing was changed on any host:" in proc.stdout
+    assert "host ascend-01: fleet_matrix.python = 3.11 (a number)" in proc.stdout
+    assert "host nvidia-01: fleet_matrix.python = 3.11 (a number)" in proc.stdout
+    assert "UNREACHABLE" not in proc.stdout
+    assert all(c["unreachable"] == 0 for c in recap(proc.stdout).values())
+
+
+def test_preflight_names_a_count_mismatch(lab):
+    proc = run_playbook("-l", "ascend-nodes", "-e",
+                        '{"fleet_accelerator": {"vendor": "ascend", "model": "910B3", "count": 4}}')
+    assert proc.returncode != 0
+    assert "ascend-01: fleet_accelerator.count is 4 but the PCI bus shows 8 ascend device(s)" in proc.stdout
+
+
+def test_preflight_names_missing_disk_space(lab):
+    proc = run_playbook("-l", "nvidia-nodes", "-e", '{"fleet_min_free_disk_gb": 100000}')
+    assert proc.returncode != 0
+    assert "nvidia-01: /home/models (filesystem /) has" in proc.stdout
+    assert "needs 100000.0 GB" in proc.stdout
+
+
+def test_missing_device_node_is_reported(lab):
+    lab.run(LAB, "ascend-01", "rm -f /dev/davinci_manager")
+    try:
+        facts = run_playbook("-l", "ascend-nodes", playbook="playbooks/report.yml", check=True)
+        assert "8 x ascend 910B3" in facts.stdout
+        out = lab.run(LAB, "ascend-01", "python3 - <<'EOF'\nimport os\nprint(os.path.exists('/dev/davinci_manager'))\nEOF")
+        assert out.strip() == "False"
+    finally:
+        lab.run(LAB, "ascend-01", "systemctl restart vllm-fleet-lab-devices.service")
+
+
+def test_node_reboots_like_a_machine(lab):
+    before = lab.run(LAB, "ascend-01", "cat /proc/sys/kernel/random/boot_id").strip()
+    lab.run(LAB, "ascend-01", "systemctl reboot", timeout=10)
+    deadline = time.monotonic() + 90
+    after = before
+    while time.monotonic() < deadline:
+        try:
+            after = lab.run(LAB, "ascend-01", "systemctl is-system-running --wait >/dev/null; "
+                                              "cat /proc/sys/kernel/random/boot_id").strip()
+            if after and after != before:
+                break
+        except Exception:  # noqa: BLE001 - the node is down while it reboots
+            pass
+        time.sleep(1)
+    assert after != before, "the node did not come back from its reboot"
+    devices = lab.run(LAB, "ascend-01", "ls /dev | grep -c '^davinci[0-9]'").strip()
+    assert devices == "8"
+
+
+def test_status_lists_the_nodes(lab):
+    rows = lab.status(LAB)
+    assert [(r["node"], r["vendor"], r["state"]) for r in rows] == [
+        ("ascend-01", "ascend", "running"), ("nvidia-01", "nvidia", "running")]
+    assert json.dumps(rows)

@@ -1,0 +1,165 @@
+"""The inventory validation: every rule rejects what it should, with host, variable, value and accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_fleet.validation import validate_hosts
+
+
+def test_example_inventory_is_valid(example):
+    assert validate_hosts(example) == []
+
+
+def problems_for(hosts, host="ascend-01"):
+    return [p for p in validate_hosts(hosts) if p.startswith(f"host {host}:")]
+
+
+def test_version_read_as_float_is_rejected_with_a_hint(example):
+    example["ascend-01"]["fleet_matrix"]["cann_toolkit"]["version"] = 8.3
+    (p,) = problems_for(example)
+    assert "fleet_matrix.cann_toolkit.version = 8.3 (a number)" in p
+    assert "put it in quotes" in p
+
+
+@pytest.mark.parametrize("commit", ["275de34", "275DE34170654274616082721348B7EDD9741D32", "v0.11.2"])
+def test_commit_must_be_40_hex(example, commit):
+    example["ascend-01"]["fleet_matrix"]["vllm"]["commit"] = commit
+    (p,) = problems_for(example)
+    assert p == (f"host ascend-01: fleet_matrix.vllm.commit = {commit!r} (a string): "
+                 "expected a full git commit id: 40 lowercase hex digits")
+
+
+def test_sha256_must_be_64_hex(example):
+    example["ascend-01"]["fleet_matrix"]["npu_driver"]["sha256"] = "abc"
+    (p,) = problems_for(example)
+    assert "fleet_matrix.npu_driver.sha256 = 'abc'" in p and "64 lowercase hex digits" in p
+
+
+def test_missing_matrix_component_is_named(example):
+    del example["ascend-01"]["fleet_matrix"]["torch_npu"]
+    (p,) = problems_for(example)
+    assert p.startswith("host ascend-01: fleet_matrix.torch_npu is missing")
+
+
+def test_artifact_needs_exactly_one_location(example):
+    example["ascend-01"]["fleet_matrix"]["cann_nnal"]["url"] = "https://mirror.example/nnal.run"
+    (p,) = problems_for(example)
+    assert "fleet_matrix.cann_nnal" in p and "exactly one of file, url or path" in p
+
+
+def test_enum_lists_accepted_values(example):
+    example["ascend-01"]["fleet_accelerator"]["vendor"] = "huawei"
+    (p,) = problems_for(example)
+    assert "fleet_accelerator.vendor = 'huawei' (a string): expected one of ascend, metax, musa, nvidia" in p
+
+
+def test_unknown_model_key_suggests_the_right_one(example):
+    example["ascend-01"]["fleet_models"][0]["prot"] = 8001
+    (p,) = problems_for(example)
+    assert "unknown key 'prot' (did you mean 'port'?)" in p
+
+
+def test_unknown_kind_lists_profiles(example):
+    example["ascend-01"]["fleet_models"][0]["kind"] = "chatbot"
+    (p,) = problems_for(example)
+    assert "kind = 'chatbot'" in p and "chat, embedding, gptq, moe, multimodal, reranker" in p
+
+
+def test_tensor_parallel_larger_than_device_count(example):
+    example["ascend-01"]["fleet_models"][0]["serve"]["tensor_parallel_size"] = 16
+    del example["ascend-01"]["fleet_models"][0]["devices"]
+    (p,) = problems_for(example)
+    assert p == ("host ascend-01: model gpt-oss-120b: needs 16 devices (tensor x pipeline x data parallel sizes) "
+                 "but fleet_accelerator.count is 8")
+
+
+def test_devices_beyond_count(example):
+    example["ascend-01"]["fleet_accelerator"]["count"] = 4
+    (p,) = problems_for(example)
+    assert "devices [4, 5, 6, 7] do not exist; fleet_accelerator.count is 4 (devices 0-3)" in p
+
+
+def test_duplicate_ports_on_a_host(example):
+    models = example["ascend-01"]["fleet_models"]
+    models[0]["devices"] = [0, 1, 2, 3]
+    models[0]["serve"]["tensor_parallel_size"] = 4
+    models.append({"name": "second", "kind": "chat", "path": "/home/models/x", "port": 8000,
+                   "devices": [4], "serve": {"served_model_name": "x"}})
+    assert problems_for(example) == [
+        "host ascend-01: model second: port 8000 is already used by model gpt-oss-120b; "
+        "each model on a host needs its own port"]
+
+
+def test_overlapping_devices(example):
+    models = example["ascend-01"]["fleet_models"]
+    models.append({"name": "second", "kind": "chat", "path": "/home/models/x", "devices": [7]})
+    (p,) = problems_for(example)
+    assert p == ("host ascend-01: model second: device 7 is already given to model gpt-oss-120b; "
+                 "device sets of models on one host must not overlap")
+
+
+def test_automatic_allocation_fills_free_devices(example):
+    from vllm_fleet.models import resolve_models
+
+    acc = {"vendor": "ascend", "model": "910B3", "count": 8}
+    models = [
+        {"name": "a", "kind": "chat", "path": "/m/a", "devices": [0, 1]},
+        {"name": "b", "kind": "chat", "path": "/m/b", "serve": {"tensor_parallel_size": 4}},
+        {"name": "c", "kind": "embedding", "path": "/m/c"},
+    ]
+    resolved, problems = resolve_models(models, acc)
+    assert problems == []
+    assert [(m["name"], m["port"], m["devices"]) for m in resolved] == [
+        ("a", 8000, [0, 1]), ("b", 8001, [2, 3, 4, 5]), ("c", 8002, [6])]
+    assert resolved[1]["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "2,3,4,5"
+
+
+def test_same_address_and_port_across_hosts(example):
+    example["metax-01"]["ansible_host"] = example["ascend-01"]["ansible_host"]
+    example["metax-01"]["fleet_models"][0]["port"] = 8000
+    problems = validate_hosts(example)
+    assert any("host metax-01: model gpt-oss-20b uses port 8000 on address 192.0.2.11, which host ascend-01: "
+               "model gpt-oss-120b already uses" in p for p in problems), problems
+
+
+def test_ascend_graph_mode_needs_its_env(example):
+    del example["ascend-01"]["fleet_serve_env"]["IGNORE_GRAPH_UPDATE_EXCEPTIONS"]
+    (p,) = problems_for(example)
+    assert "cudagraph_mode = 'PIECEWISE' (graph mode) needs IGNORE_GRAPH_UPDATE_EXCEPTIONS" in p
+
+
+def test_ascend_container_mode_needs_the_image(example):
+    example["ascend-01"]["fleet_deploy_mode"] = "container"
+    del example["ascend-01"]["fleet_matrix"]["cann_image"]
+    (p,) = problems_for(example)
+    assert p.startswith("host ascend-01: fleet_matrix.cann_image is missing; container mode")
+
+
+def test_role_variable_typo_is_caught(example):
+    example["ascend-01"]["preflight_check_modle"] = False
+    (p,) = problems_for(example)
+    assert "preflight_check_modle = false (a boolean): not a variable of role preflight" in p
+    assert "did you mean 'preflight_check_model'?" in p
+
+
+def test_role_variable_type_is_checked(example):
+    example["ascend-01"]["preflight_check_disk"] = "sometimes"
+    (p,) = problems_for(example)
+    assert p.startswith("host ascend-01: preflight_check_disk = 'sometimes' (a string):")
+    assert "bool" in p
+
+
+def test_every_problem_of_every_host_is_reported_at_once(example):
+    example["ascend-01"]["fleet_matrix"]["vllm"]["commit"] = "abc"
+    example["nvidia-01"]["fleet_serve_base_port"] = "eight thousand"
+    problems = validate_hosts(example)
+    assert len(problems) == 2
+    assert problems[0].startswith("host ascend-01:") and problems[1].startswith("host nvidia-01:")
+
+
+def test_numeric_string_from_extra_vars_gets_a_hint(example):
+    example["nvidia-01"]["fleet_min_free_disk_gb"] = "100000"
+    (p,) = problems_for(example, "nvidia-01")
+    assert "fleet_min_free_disk_gb = '100000' (a string): expected a number of GB (>= 0)" in p
+    assert "pass numbers as JSON" in p

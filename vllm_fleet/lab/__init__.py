@@ -1,0 +1,172 @@
+"""The lab: real nodes (systemd-nspawn containers) with simulated accelerators.
+
+    up(name)      build (cached) and boot the nodes, serve the mirrors, write the inventory
+    status(name)  what is running
+    down(name)    remove every trace of the lab (the build cache stays unless purge=True)
+
+See docs/ARCHITECTURE.md ("The lab") for the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from vllm_fleet import PROJECT_DIR
+from vllm_fleet.lab import inventory, nodes, rootfs, www
+from vllm_fleet.lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
+
+VENDORS = ("ascend", "metax", "musa", "nvidia")
+DEFAULT_LAB = "lab"
+
+
+class LabError(RuntimeError):
+    """A lab operation failed; the message says why and what to do."""
+
+
+def _check_host() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (it mounts overlays and boots systemd-nspawn containers)")
+    for tool in ("systemd-nspawn", "debootstrap", "ssh-keygen", "git"):
+        if shutil.which(tool) is None:
+            raise LabError(f"{tool} is not installed: run scripts/setup")
+
+
+def default_inventory_dir(name: str) -> Path:
+    return PROJECT_DIR / "inventories" / name
+
+
+def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port_base: int | None = None,
+       inventory_dir: Path | None = None, log=print) -> list[dict]:
+    """Bring the lab to the requested shape and return its status."""
+    _check_host()
+    vendors = list(vendors)
+    unknown = sorted(set(vendors) - set(VENDORS))
+    if unknown:
+        raise LabError(f"unknown vendor(s) {', '.join(unknown)}; choose from {', '.join(VENDORS)}")
+    if nodes_per_vendor < 1 or nodes_per_vendor * len(vendors) > 90:
+        raise LabError("--nodes must be between 1 and 90 divided by the number of vendors")
+    paths = lab_paths(name, port_base)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    _ensure_key(paths)
+    base = rootfs.ensure_rootfs(log=log)
+
+    log(f"building the lab's mirrors (git, pip index, artifacts) for {paths.web_url}")
+    manifest = www.build(paths, log=log)
+    www.start_server(paths)
+
+    wanted = []
+    index = 0
+    for vendor in vendors:
+        for i in range(1, nodes_per_vendor + 1):
+            node_name = f"{vendor}-{i:02d}"
+            wanted.append(nodes.Node(name=node_name, vendor=vendor, index=index, ssh_port=paths.ssh_port(index),
+                                     machine=f"vf-{name}-{node_name}"))
+            index += 1
+    wanted_names = {n.name for n in wanted}
+    for existing in paths.nodes_dir.glob("*") if paths.nodes_dir.exists() else []:
+        if existing.name not in wanted_names:
+            log(f"removing node {existing.name} (not in the requested lab)")
+            nodes.destroy_node(paths, existing)
+
+    for node in wanted:
+        if not nodes.is_running(paths, node):
+            nodes.create_node(paths, node, base)
+            nodes.start_node(paths, node)
+    log(f"booting {len(wanted)} node(s): {', '.join(n.name for n in wanted)}")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        states = list(pool.map(lambda n: nodes.wait_ready(paths, n), wanted))
+    for node, state in zip(wanted, states):
+        if state != "running":
+            log(f"note: {node.name} booted with systemd state {state!r}")
+
+    inv_dir = inventory_dir or default_inventory_dir(name)
+    inventory.write(inv_dir, paths, wanted, manifest)
+    (paths.root / "inventory_dir").write_text(str(inv_dir) + "\n")
+    log(f"inventory written to {inv_dir}")
+    return status(name)
+
+
+def status(name: str = DEFAULT_LAB) -> list[dict]:
+    if name not in known_labs():
+        return []
+    paths = lab_paths(name)
+    rows = []
+    for node in nodes.load_nodes(paths):
+        rows.append({
+            "lab": name, "node": node.name, "vendor": node.vendor,
+            "ssh": f"127.0.0.1:{node.ssh_port}",
+            "state": "running" if nodes.is_running(paths, node) else "stopped",
+        })
+    return rows
+
+
+def web_status(name: str = DEFAULT_LAB) -> dict:
+    paths = lab_paths(name)
+    return {"url": paths.web_url, "running": www.server_pid(paths) is not None}
+
+
+def stop(name: str, node_name: str) -> None:
+    """Stop one node (it stays defined; `start` or `up` boots it again)."""
+    paths = lab_paths(name)
+    node = _find(paths, node_name)
+    nodes.stop_node(paths, node)
+
+
+def start(name: str, node_name: str) -> None:
+    paths = lab_paths(name)
+    node = _find(paths, node_name)
+    nodes.start_node(paths, node)
+    nodes.wait_ready(paths, node)
+
+
+def _find(paths, node_name: str) -> nodes.Node:
+    for node in nodes.load_nodes(paths):
+        if node.name == node_name:
+            return node
+    raise LabError(f"no node {node_name!r} in lab {paths.name}")
+
+
+def down(name: str = DEFAULT_LAB, purge: bool = False, log=print) -> None:
+    """Remove the lab: nodes, mounts, web server, state and the inventory it wrote."""
+    if name in known_labs():
+        paths = lab_paths(name)
+        www.stop_server(paths)
+        if paths.nodes_dir.exists():
+            for node_path in sorted(paths.nodes_dir.iterdir()):
+                log(f"removing node {node_path.name}")
+                nodes.destroy_node(paths, node_path)
+        marker = paths.root / "inventory_dir"
+        if marker.exists():
+            inv_dir = Path(marker.read_text().strip())
+            inventory.remove(inv_dir)
+        shutil.rmtree(paths.root, ignore_errors=True)
+        release_ports(name)
+    if not known_labs() and STATE_DIR.exists():
+        shutil.rmtree(STATE_DIR, ignore_errors=True)
+    if purge and CACHE_DIR.exists():
+        log(f"removing the lab build cache {CACHE_DIR}")
+        shutil.rmtree(CACHE_DIR, ignore_errors=True)
+
+
+def _ensure_key(paths) -> None:
+    key = paths.ssh_key
+    if key.exists():
+        return
+    key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vllm-fleet-lab-{paths.name}", "-f", str(key)],
+                   check=True)
+
+
+def run(name: str, node_name: str, command: str, timeout: float = 60) -> str:
+    """Run a shell command on a lab node (tests use it to look at or break a node)."""
+    paths = lab_paths(name)
+    return nodes.run_on(paths, _find(paths, node_name), command, timeout=timeout)
+
+
+def manifest(name: str = DEFAULT_LAB) -> dict:
+    return json.loads(lab_paths(name).manifest.read_text())

@@ -1,0 +1,228 @@
+"""Builds what the lab's web server serves: git mirror, pip index, artifacts.
+
+Everything is built deterministically (fixed commit dates, fixed archive
+timestamps), so the same fixtures give the same commits and the same sha256 on
+every machine; the lab inventory pins them like a real inventory pins upstream's.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR, LabPaths
+
+# Identity and date of every commit the lab makes, so commit ids never change.
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "vllm-fleet lab", "GIT_AUTHOR_EMAIL": "lab@vllm-fleet.invalid",
+    "GIT_COMMITTER_NAME": "vllm-fleet lab", "GIT_COMMITTER_EMAIL": "lab@vllm-fleet.invalid",
+    "GIT_AUTHOR_DATE": "2025-12-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2025-12-01T00:00:00+0000",
+    "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+}
+#: The canonical URL whose sha1 names the tiktoken cache entry (what openai-harmony looks up).
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _git(*args: str, cwd: Path, env_extra: dict | None = None) -> str:
+    env = {**os.environ, **_GIT_ENV, **(env_extra or {})}
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+# ---------------------------------------------------------------- git mirror
+
+def build_repo(src: Path, bare: Path, *, submodules: dict[str, tuple[str, str]] | None = None,
+               after_pin: bool = True) -> dict:
+    """Publish `src` as a bare repository at `bare`; return {pinned, head}.
+
+    The pinned commit holds the fixture tree. When `after_pin`, a second commit
+    on top makes HEAD differ from the pin, so a role that forgets to check out the
+    pinned commit is caught. `submodules` maps path -> (url, commit) gitlinks.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        shutil.copytree(src, work, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".git"))
+        _git("init", "-q", "-b", "main", cwd=work)
+        if submodules:
+            lines = []
+            for path, (url, commit) in sorted(submodules.items()):
+                lines += [f'[submodule "{path}"]', f"\tpath = {path}", f"\turl = {url}"]
+                _git("update-index", "--add", "--cacheinfo", f"160000,{commit},{path}", cwd=work)
+            (work / ".gitmodules").write_text("\n".join(lines) + "\n")
+        _git("add", "-A", cwd=work)
+        _git("commit", "-q", "-m", f"{src.name}: lab stand-in", cwd=work)
+        pinned = _git("rev-parse", "HEAD", cwd=work)
+        if after_pin:
+            (work / "UNRELEASED.md").write_text("Work after the pinned commit; not for deployment.\n")
+            _git("add", "-A", cwd=work)
+            _git("commit", "-q", "-m", "work after the pin", cwd=work)
+        head = _git("rev-parse", "HEAD", cwd=work)
+        if bare.exists():
+            shutil.rmtree(bare)
+        bare.parent.mkdir(parents=True, exist_ok=True)
+        _git("clone", "-q", "--bare", str(work), str(bare), cwd=Path(tmp))
+    _git("repack", "-q", "-a", "-d", cwd=bare)
+    # The dumb HTTP protocol needs info/refs and objects/info/packs.
+    _git("update-server-info", cwd=bare)
+    return {"pinned": pinned, "head": head}
+
+
+# ---------------------------------------------------------------- wheels
+
+def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str | bytes],
+                requires: list[str] | None = None, summary: str = "") -> Path:
+    """Write a pure-Python wheel with fixed timestamps.
+
+    Hand-written rather than `pip wheel` because a build backend stamps the
+    current time into the archive, and the lab's index must give the same
+    sha256 on every build.
+    """
+    dist = re.sub(r"[-_.]+", "_", name)
+    info = f"{dist}-{version}.dist-info"
+    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+            f"Summary: {summary or name + ' (vllm-fleet lab stand-in)'}"]
+    meta += [f"Requires-Dist: {r}" for r in (requires or [])]
+    entries: dict[str, bytes] = {p: (c.encode() if isinstance(c, str) else c) for p, c in files.items()}
+    entries[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    entries[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: vllm-fleet-lab\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for path, data in sorted(entries.items()):
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([path, f"sha256={digest}", len(data)])
+    writer.writerow([f"{info}/RECORD", "", ""])
+    entries[f"{info}/RECORD"] = record.getvalue().encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, data in sorted(entries.items()):
+            zi = zipfile.ZipInfo(path, date_time=(2025, 12, 1, 0, 0, 0))
+            zi.external_attr = 0o644 << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(zi, data)
+    return target
+
+
+def build_standin_wheels(out_dir: Path) -> list[Path]:
+    """Build the stand-in distributions listed in wheels/standins.yml."""
+    plan = yaml.safe_load((FIXTURES_DIR / "wheels" / "standins.yml").read_text())
+    built = []
+    for dist in plan["distributions"]:
+        src = FIXTURES_DIR / "wheels" / dist["source"]
+        for version in dist["versions"]:
+            files = {}
+            for path in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+                text = path.read_text().replace("@VERSION@", version)
+                files[str(path.relative_to(src))] = text
+            requires = [r.replace("@VERSION@", version) for r in dist.get("requires", [])]
+            built.append(write_wheel(out_dir, dist["name"], version, files, requires, dist.get("summary", "")))
+    return built
+
+
+def download_real_wheels(out_dir: Path, log=print) -> list[Path]:
+    """Fetch (once, cached) the real wheels nodes install from the lab's index."""
+    reqs = FIXTURES_DIR / "wheels" / "real-requirements.txt"
+    key = hashlib.sha256(reqs.read_bytes()).hexdigest()[:12]
+    cache = CACHE_DIR / "wheels" / key
+    if not (cache / ".complete").exists():
+        log("downloading the real wheels lab nodes need (openai-harmony, build tools) into the lab cache")
+        cache.mkdir(parents=True, exist_ok=True)
+        cmd = [sys_python(), "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+               "--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_36_x86_64",
+               "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+               "--platform", "any", "--implementation", "cp", "-d", str(cache), "-r", str(reqs)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip download for the lab index failed:\n{proc.stderr[-2000:]}")
+        (cache / ".complete").write_text("ok\n")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for whl in sorted(cache.glob("*.whl")):
+        shutil.copy2(whl, out_dir / whl.name)
+        copied.append(out_dir / whl.name)
+    return copied
+
+
+def sys_python() -> str:
+    import sys
+    return sys.executable
+
+
+def write_simple_index(packages_dir: Path, simple_dir: Path) -> dict[str, list[str]]:
+    """Write a PEP 503 index for every wheel in packages_dir; return project -> files."""
+    projects: dict[str, list[Path]] = {}
+    for whl in sorted(packages_dir.glob("*.whl")):
+        project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
+        projects.setdefault(project, []).append(whl)
+    if simple_dir.exists():
+        shutil.rmtree(simple_dir)
+    simple_dir.mkdir(parents=True)
+    links = []
+    for project, wheels in sorted(projects.items()):
+        (simple_dir / project).mkdir()
+        rows = [f'<a href="../../packages/{w.name}#sha256={sha256_file(w)}">{w.name}</a><br/>' for w in wheels]
+        (simple_dir / project / "index.html").write_text(
+            f"<!DOCTYPE html><html><body><h1>Links for {project}</h1>\n" + "\n".join(rows) + "\n</body></html>\n")
+        links.append(f'<a href="{project}/">{project}</a><br/>')
+    (simple_dir / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+    return {p: [w.name for w in ws] for p, ws in projects.items()}
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def build_o200k(out_file: Path, expected_sha256: str, log=print) -> str:
+    """Rebuild the real o200k_base.tiktoken offline from the npm package `tiktoken`.
+
+    Its encoders/o200k_base.json holds `bpe_ranks` as lines "! <first-rank> <b64> <b64> ...";
+    writing "<b64> <rank>" per token gives upstream's exact file.
+    """
+    cache = CACHE_DIR / "npm"
+    cache.mkdir(parents=True, exist_ok=True)
+    tarballs = sorted(cache.glob("tiktoken-*.tgz"))
+    if not tarballs:
+        if shutil.which("npm") is None:
+            raise RuntimeError("npm is needed once to fetch the tokenizer source (run scripts/setup)")
+        log("fetching the npm package tiktoken to rebuild o200k_base.tiktoken offline")
+        proc = subprocess.run(["npm", "pack", "--silent", "tiktoken@1.0.22"], cwd=cache, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"npm pack tiktoken failed: {proc.stderr.strip()}")
+        tarballs = sorted(cache.glob("tiktoken-*.tgz"))
+    with tarfile.open(tarballs[-1]) as tf:
+        data = json.load(tf.extractfile("package/encoders/o200k_base.json"))
+    lines = []
+    for row in data["bpe_ranks"].split("\n"):
+        if not row:
+            continue
+        parts = row.split(" ")
+        first = int(parts[1])
+        lines += [f"{tok} {first + i}\n" for i, tok in enumerate(parts[2:])]
+    blob = "".join(lines).encode()
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != expected_sha256:
+        raise RuntimeError(f"rebuilt o200k_base.tiktoken has sha256 {digest}, expected {expected_sha256}")
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_bytes(blob)
+    return digest

@@ -1,0 +1,65 @@
+"""Writes the lab's inventory from the templates in lab/inventory/.
+
+The lab inventory is a normal vllm-fleet inventory: the same groups and the same
+matrix versions as inventories/example, pointing at the lab's mirrors and
+pinning the lab's commits and checksums.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from vllm_fleet.lab import hardware
+from vllm_fleet.lab.paths import INVENTORY_TEMPLATES, LabPaths
+
+MARKER = ".vllm-fleet-lab"
+
+
+def render_context(paths: LabPaths, nodes: list, manifest: dict) -> dict:
+    versions = yaml.safe_load((INVENTORY_TEMPLATES / "versions.yml").read_text())
+    by_vendor: dict[str, list] = {}
+    for n in nodes:
+        by_vendor.setdefault(n.vendor, []).append(n)
+    return {
+        "lab": paths.name,
+        "paths": paths,
+        "nodes": nodes,
+        "by_vendor": by_vendor,
+        "manifest": manifest,
+        "versions": versions,
+        "ssh_key": str(paths.ssh_key),
+        "web": paths.web_url,
+        "service_port": paths.service_port,
+        "hardware": hardware.load_profile,
+    }
+
+
+def write(inv_dir: Path, paths: LabPaths, nodes: list, manifest: dict) -> None:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(INVENTORY_TEMPLATES)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    ctx = render_context(paths, nodes, manifest)
+    if inv_dir.exists():
+        remove(inv_dir)
+    inv_dir.mkdir(parents=True)
+    (inv_dir / MARKER).write_text(f"written by `vllm-fleet lab up` for lab {paths.name}; `lab down` removes it\n")
+    for tpl in sorted(INVENTORY_TEMPLATES.rglob("*.j2")):
+        rel = tpl.relative_to(INVENTORY_TEMPLATES)
+        vendor_dir = rel.parts[1] if rel.parts[0] == "group_vars" and len(rel.parts) > 2 else None
+        if vendor_dir and vendor_dir.endswith("-nodes") and vendor_dir[:-len("-nodes")] not in ctx["by_vendor"]:
+            continue  # no node of that vendor in this lab
+        text = env.get_template(str(rel)).render(**ctx)
+        yaml.safe_load(text)  # a template bug must not produce an unreadable inventory
+        out = inv_dir / str(rel)[: -len(".j2")]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+
+
+def remove(inv_dir: Path) -> None:
+    """Remove an inventory directory, but only one the lab wrote."""
+    if (inv_dir / MARKER).exists():
+        shutil.rmtree(inv_dir)

@@ -1,0 +1,204 @@
+"""From the inventory's `fleet_models` to fully resolved served models.
+
+One function, `resolve_models`, turns what a user writes (a model with a kind and
+a few flags) into what the roles deploy and `plan` shows: the launch profile of
+its kind merged with the group's defaults and the model's own flags, its port and
+its devices allocated without overlap, and its environment. Validation, the
+roles' templates and `vllm-fleet plan` all call it, so there is one source of truth.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+#: The variable each vendor's runtime reads to restrict the devices a process sees.
+VISIBLE_DEVICES_ENV = {
+    "ascend": "ASCEND_RT_VISIBLE_DEVICES",
+    "nvidia": "CUDA_VISIBLE_DEVICES",
+    # MACA is CUDA-compatible and honours the CUDA variable.
+    "metax": "CUDA_VISIBLE_DEVICES",
+    "musa": "MUSA_VISIBLE_DEVICES",
+}
+#: Short spellings of vLLM flags that users copy from recipes (`-tp 1`), mapped to the long name.
+FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
+                "q": "quantization", "o": "compilation_config"}
+#: Flags the resolver sets itself from other model fields; writing them in `serve` is an error.
+RESERVED_FLAGS = {"port": "port", "model": "path", "model_tag": "path"}
+DEFAULT_BASE_PORT = 8000
+
+
+@lru_cache(maxsize=1)
+def builtin_profiles() -> dict[str, dict]:
+    return yaml.safe_load((DATA_DIR / "launch_profiles.yml").read_text())
+
+
+def profiles(overrides: dict | None = None) -> dict[str, dict]:
+    """Built-in launch profiles with the inventory's `fleet_launch_profiles` merged in."""
+    merged = copy.deepcopy(builtin_profiles())
+    for kind, prof in (overrides or {}).items():
+        base = merged.setdefault(kind, {"serve": {}, "env": {}, "smoke": "chat"})
+        for key, value in (prof or {}).items():
+            if key in ("serve", "env") and isinstance(value, dict):
+                base.setdefault(key, {}).update(value)
+            else:
+                base[key] = value
+    return merged
+
+
+def flag_key(name: str) -> str:
+    """Normalise a flag name: `--gpu-memory-utilization`, `gpu-memory-utilization` -> `gpu_memory_utilization`."""
+    key = name.lstrip("-").replace("-", "_").lower()
+    return FLAG_ALIASES.get(key, key)
+
+
+def _normalise_serve(serve: dict | None) -> dict:
+    return {flag_key(k): v for k, v in (serve or {}).items()}
+
+
+def env_value(value: Any) -> str:
+    """Environment values as the seeds write them (True stays 'True', 1 stays '1')."""
+    return str(value)
+
+
+def parallel_size(serve: dict) -> int:
+    """Devices one replica needs: tensor x pipeline x data parallel sizes."""
+    size = 1
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        value = serve.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            size *= value
+    return size
+
+
+def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
+                   serve_defaults: dict | None = None, serve_env: dict | None = None,
+                   launch_profiles: dict | None = None, base_port: int | None = None) -> tuple[list[dict], list[str]]:
+    """Resolve a host's models; return (resolved models, problems).
+
+    Problems are sentences naming the model, the field, the value and what is
+    accepted; the caller adds the host name. Models with `enabled: false` are
+    resolved (so they stay valid) but get no port or devices.
+    """
+    accelerator = accelerator or {}
+    vendor = accelerator.get("vendor")
+    count = accelerator.get("count") if isinstance(accelerator.get("count"), int) else 0
+    profs = profiles(launch_profiles)
+    # A wrong type is the schema's to report; carry on with the default meanwhile.
+    base_port = base_port if isinstance(base_port, int) and not isinstance(base_port, bool) else DEFAULT_BASE_PORT
+    problems: list[str] = []
+    resolved: list[dict] = []
+
+    # Pass 1: merge flags and environment.
+    for i, model in enumerate(models or []):
+        if not isinstance(model, dict):
+            continue
+        name = model.get("name", f"#{i}")
+        where = f"fleet_models[{i}] ({name})"
+        kind = model.get("kind")
+        prof = profs.get(kind)
+        if prof is None:
+            problems.append(f"{where}.kind = {kind!r}: accepted kinds are {', '.join(sorted(profs))}")
+            prof = {"serve": {}, "env": {}, "smoke": "chat"}
+        own_serve = _normalise_serve(model.get("serve"))
+        for key in own_serve:
+            if key in RESERVED_FLAGS:
+                problems.append(f"{where}.serve.{key}: set it as the model's `{RESERVED_FLAGS[key]}` field instead")
+        serve = {**_normalise_serve(serve_defaults), **_normalise_serve(prof.get("serve")), **own_serve}
+        serve = {k: v for k, v in serve.items() if v is not None and k not in RESERVED_FLAGS}
+        env = {k: env_value(v) for k, v in {**(serve_env or {}), **(prof.get("env") or {}), **(model.get("env") or {})}.items()
+               if v is not None}
+        served = serve.pop("served_model_name", None) or name
+        resolved.append({
+            "name": name,
+            "kind": kind,
+            "unit": f"vllm-{name}",
+            "enabled": model.get("enabled", True),
+            "path": model.get("path"),
+            "source": model.get("source") or {"type": "path"},
+            "size_gb": model.get("size_gb"),
+            "tokenizer_cache": model.get("tokenizer_cache"),
+            "served_model_name": served if isinstance(served, list) else [served],
+            "smoke": prof.get("smoke", "chat"),
+            "serve": serve,
+            "env": env,
+            "secret_env_names": sorted((model.get("secret_env") or {}).keys()),
+            "port": model.get("port"),
+            "devices": list(model.get("devices") or []),
+            "_explicit_devices": bool(model.get("devices")),
+        })
+
+    active = [m for m in resolved if m["enabled"]]
+
+    # Pass 2: ports, explicit first, then the free ones from base_port up.
+    used_ports: dict[int, str] = {}
+    for m in active:
+        port = m["port"]
+        if isinstance(port, int):
+            if port in used_ports:
+                problems.append(f"model {m['name']}: port {port} is already used by model {used_ports[port]}; "
+                                "each model on a host needs its own port")
+            used_ports.setdefault(port, m["name"])
+    next_port = base_port
+    for m in active:
+        if m["port"] is None:
+            while next_port in used_ports:
+                next_port += 1
+            m["port"] = next_port
+            used_ports[next_port] = m["name"]
+
+    # Pass 3: devices, explicit first, then consecutive free blocks.
+    owner: dict[int, str] = {}
+    for m in active:
+        need = parallel_size(m["serve"])
+        if not m["_explicit_devices"]:
+            continue
+        missing = [d for d in m["devices"] if count and d >= count]
+        if missing:
+            problems.append(f"model {m['name']}: devices {missing} do not exist; fleet_accelerator.count is {count} "
+                            f"(devices 0-{count - 1})")
+        for d in m["devices"]:
+            if d in owner and d not in missing:
+                problems.append(f"model {m['name']}: device {d} is already given to model {owner[d]}; "
+                                "device sets of models on one host must not overlap")
+            owner.setdefault(d, m["name"])
+        if len(m["devices"]) < need:
+            problems.append(f"model {m['name']}: needs {need} devices (tensor x pipeline x data parallel sizes) "
+                            f"but devices lists {len(m['devices'])}: {m['devices']}")
+    for m in active:
+        if m["_explicit_devices"]:
+            continue
+        need = parallel_size(m["serve"])
+        free = [d for d in range(count) if d not in owner]
+        if need > count:
+            problems.append(f"model {m['name']}: needs {need} devices (tensor x pipeline x data parallel sizes) "
+                            f"but fleet_accelerator.count is {count}")
+            continue
+        if len(free) < need:
+            problems.append(f"model {m['name']}: needs {need} devices but only {len(free)} are left "
+                            f"({free}) after the other models on this host")
+            continue
+        m["devices"] = free[:need]
+        for d in m["devices"]:
+            owner[d] = m["name"]
+
+    for m in resolved:
+        m.pop("_explicit_devices")
+        if m["enabled"] and vendor in VISIBLE_DEVICES_ENV and m["devices"]:
+            m["env"].setdefault(VISIBLE_DEVICES_ENV[vendor], ",".join(str(d) for d in m["devices"]))
+        if not m["enabled"]:
+            m["port"], m["devices"] = None, []
+
+    names = [m["name"] for m in resolved]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"model name {dup!r} is used more than once; names must be unique on a host")
+    served = [s for m in active for s in m["served_model_name"]]
+    for dup in sorted({s for s in served if served.count(s) > 1}):
+        problems.append(f"served model name {dup!r} is used by more than one model on the host")
+    return resolved, problems

@@ -1,0 +1,90 @@
+"""Rendering of served models into command lines, unit lines and environment files.
+
+Used by the roles' templates (through filter_plugins/fleet.py) and by
+`vllm-fleet plan`, so what a reviewer sees is byte for byte what a node gets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Iterable
+
+# Arguments made only of these characters need no quoting in a systemd command line.
+_SYSTEMD_BARE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def flag_values(key: str, value: Any) -> list[str]:
+    """One vLLM flag as argv items.
+
+    True -> --flag; False -> --no-flag (vLLM's boolean flags accept both forms);
+    mappings -> one JSON argument; lists -> the flag followed by each item
+    (vLLM's nargs='+' flags such as --served-model-name or --lora-modules).
+    """
+    if value is True:
+        return [flag(key)]
+    if value is False:
+        return ["--no-" + key.replace("_", "-")]
+    if isinstance(value, dict):
+        return [flag(key), json.dumps(value, separators=(", ", ": "))]
+    if isinstance(value, (list, tuple)):
+        items = [json.dumps(v, separators=(", ", ": ")) if isinstance(v, dict) else str(v) for v in value]
+        return [flag(key), *items]
+    return [flag(key), str(value)]
+
+
+def serve_argv(model: dict, executable: str = "vllm") -> list[str]:
+    """The full `vllm serve` command line of a resolved model (see vllm_fleet.models)."""
+    argv = [executable, "serve", str(model["path"])]
+    argv += flag_values("served_model_name", list(model["served_model_name"]))
+    argv += flag_values("port", model["port"])
+    for key, value in model["serve"].items():
+        argv += flag_values(key, value)
+    return argv
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one argument for a systemd Exec*= line.
+
+    systemd expands %specifiers and $VARIABLES in command lines, so both are
+    doubled; anything else that is not a plain word goes inside double quotes
+    with backslash escapes, which systemd's parser undoes.
+    """
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if _SYSTEMD_BARE.match(arg):
+        return escaped
+    escaped = escaped.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def systemd_command(argv: Iterable[str]) -> str:
+    return " ".join(systemd_quote(str(a)) for a in argv)
+
+
+def shell_command(argv: Iterable[str]) -> str:
+    """The same command line for a human's shell (what `plan` prints)."""
+    import shlex
+
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def env_file(env: dict[str, Any]) -> str:
+    """Lines of a systemd EnvironmentFile, values double-quoted."""
+    lines = []
+    for name in env:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"invalid environment variable name {name!r}")
+        value = str(env[name]).replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'{name}="{value}"')
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def tiktoken_cache_key(url: str) -> str:
+    """File name tiktoken and openai-harmony give a cached encoding: sha1 of its URL."""
+    return hashlib.sha1(url.encode()).hexdigest()
