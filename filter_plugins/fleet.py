@@ -64,6 +64,10 @@ def vllm_serve_argv(model, executable="vllm"):
     return render.serve_argv(_plain(model), executable)
 
 
+def vllm_launch_argv(model, executable, launcher, env_scripts=None, conda=None):
+    return render.launch_argv(_plain(model), executable, launcher, _plain(env_scripts), _plain(conda))
+
+
 def systemd_command(argv):
     return render.systemd_command(_plain(argv))
 
@@ -93,6 +97,7 @@ class FilterModule:
             "fleet_inventory_problems": fleet_inventory_problems,
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
+            "vllm_launch_argv": vllm_launch_argv,
             "systemd_command": systemd_command,
             "shell_command": shell_command,
             "env_file": env_file,

@@ -114,6 +114,18 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
         serve = {k: v for k, v in serve.items() if v is not None and k not in RESERVED_FLAGS}
         env = {k: env_value(v) for k, v in {**(serve_env or {}), **(prof.get("env") or {}), **(model.get("env") or {})}.items()
                if v is not None}
+        from vllm_fleet.render import env_file  # noqa: PLC0415 - render imports nothing from here
+        try:
+            env_file(env)
+        except ValueError as exc:
+            problems.append(f"{where}.env: {exc}")
+        for secret_name, secret_value in (model.get("secret_env") or {}).items():
+            try:
+                env_file({secret_name: secret_value})
+            except ValueError:
+                # Never echo a secret's value in a message.
+                problems.append(f"{where}.secret_env.{secret_name}: the value has quotes, backslashes, a newline "
+                                "or surrounding spaces, which environment files cannot carry")
         served = serve.pop("served_model_name", None) or name
         resolved.append({
             "name": name,

@@ -74,14 +74,32 @@ def shell_command(argv: Iterable[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
+def launch_argv(model: dict, executable: str, launcher: str, env_scripts: list[str] | None = None,
+                conda: dict | None = None) -> list[str]:
+    """ExecStart of a host-mode unit: the launcher loads the vendor environment, then execs vllm serve."""
+    argv = [launcher]
+    for script in env_scripts or []:
+        argv += ["--source", script]
+    if conda:
+        argv += ["--conda", conda["base"], conda["env"]]
+    return [*argv, "--", *serve_argv(model, executable)]
+
+
+_ENV_UNSAFE = re.compile(r"[\n\r\"'\\]|^\s|\s$")
+
+
 def env_file(env: dict[str, Any]) -> str:
-    """Lines of a systemd EnvironmentFile, values double-quoted."""
+    """Lines of an environment file that systemd's EnvironmentFile= and docker's --env-file
+    both read the same way: KEY=value, unquoted (so values must not need quoting)."""
     lines = []
     for name in env:
         if not _ENV_NAME.match(name):
             raise ValueError(f"invalid environment variable name {name!r}")
-        value = str(env[name]).replace("\\", "\\\\").replace('"', '\\"')
-        lines.append(f'{name}="{value}"')
+        value = str(env[name])
+        if _ENV_UNSAFE.search(value):
+            raise ValueError(f"environment variable {name}: value {value!r} has quotes, backslashes, a newline "
+                             "or surrounding spaces, which environment files cannot carry unquoted")
+        lines.append(f"{name}={value}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -9,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +21,9 @@ from vllm_fleet.lab import artifacts
 from vllm_fleet.lab.paths import FIXTURES_DIR, INVENTORY_TEMPLATES, LabPaths
 
 WEB_SCRIPT = FIXTURES_DIR / "services" / "labweb.py"
+HUB_SCRIPT = FIXTURES_DIR / "services" / "hub.py"
+#: Tiny model fixtures, one folder per repository, named <org>--<name>.
+MODELS_DIR = FIXTURES_DIR / "models"
 
 
 def lab_matrix_versions() -> dict:
@@ -55,6 +61,10 @@ def build(paths: LabPaths, log=print) -> dict:
         "url": f"{paths.web_url}/artifacts/tiktoken/o200k_base.tiktoken", "sha256": sha}
     manifest["artifacts"].update(_vendor_installers(new / "artifacts", paths, versions))
 
+    # Model hub: the tiny models over the Hugging Face, ModelScope and git-lfs protocols.
+    manifest["hub"] = build_hub(new)
+    manifest["hub_endpoints"] = hub_endpoints(paths.web_url)
+
     _write_sha256sums(new / "artifacts")
     (new / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     old = paths.root / "www.old"
@@ -86,6 +96,85 @@ def _vendor_installers(art_dir: Path, paths: LabPaths, versions: dict) -> dict:
                          "file": info["filename"], "sha256": info["sha256"], "version": info["version"]}
         sys.modules.pop("build", None)
     return out
+
+
+def _hub_module():
+    """lab/fixtures/services/hub.py, which defines the pointer format and layout the server reads."""
+    spec = importlib.util.spec_from_file_location("vllm_fleet_lab_hub", HUB_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hub_endpoints(web_url: str) -> dict:
+    """What a node's clients are pointed at: HF_ENDPOINT, MODELSCOPE_ENDPOINT, the git clone prefix."""
+    return {"hf_endpoint": f"{web_url}/huggingface", "modelscope_endpoint": f"{web_url}/modelscope",
+            "git_url_prefix": f"{web_url}/modelscope-git"}
+
+
+def build_hub(www_dir: Path, models_dir: Path = MODELS_DIR) -> dict:
+    """Publish every model fixture under ``www_dir/hub``; return the manifest's ``hub`` section.
+
+    Per repository ``hub/<org>/<name>/`` holds the files (with the ``.gitattributes``
+    real hub repositories carry) and ``hub/<org>/<name>.git`` a bare repository in
+    which the files matching it are LFS pointers. The commit id of that repository
+    is the revision all three protocols report. ``hub/_index.json`` is what the
+    server reads; the returned section is
+    ``{repo_id: {"files": {path: {"size", "sha256"}}, "revision", "size_gb"}}``.
+    """
+    hub = _hub_module()
+    hub_dir = www_dir / hub.HUB_DIR
+    if hub_dir.exists():
+        shutil.rmtree(hub_dir)
+    hub_dir.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    index: dict = {"version": 1, "repos": {}}
+    section: dict = {}
+    for src in sorted(p for p in models_dir.iterdir() if (p / "config.json").is_file()):
+        repo_id = hub.repo_id_of_fixture(src.name)
+        published = hub_dir / repo_id
+        shutil.copytree(src, published, ignore=ignore)
+        (published / ".gitattributes").write_text(hub.gitattributes_text())
+        files: dict = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            stage = Path(tmp) / src.name
+            for path in sorted(p for p in published.rglob("*") if p.is_file()):
+                name = path.relative_to(published).as_posix()
+                data = path.read_bytes()
+                info = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "lfs": hub.is_lfs_path(name)}
+                target = stage / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if info["lfs"]:
+                    pointer = hub.lfs_pointer(info["sha256"], info["size"])
+                    info["pointer_size"] = len(pointer)
+                    target.write_bytes(pointer)
+                else:
+                    target.write_bytes(data)
+                files[name] = info
+            revision = artifacts.build_repo(stage, hub_dir / f"{repo_id}.git", after_pin=False)["head"]
+        # Blob ids of what git stores (the pointer, for LFS files) and tree ids, as the HF API lists them.
+        trees: dict = {}
+        listing = artifacts._git("ls-tree", "-r", "-t", revision, cwd=hub_dir / f"{repo_id}.git")
+        for line in listing.splitlines():
+            meta, name = line.split("\t", 1)
+            _mode, kind, oid = meta.split()
+            if kind == "tree":
+                trees[name] = oid
+            else:
+                files[name]["oid"] = oid
+        config = json.loads((published / "config.json").read_text())
+        index["repos"][repo_id] = {
+            "revision": revision, "files": files, "trees": trees,
+            "config": {k: config[k] for k in ("architectures", "model_type") if k in config},
+        }
+        total = sum(info["size"] for info in files.values())
+        section[repo_id] = {
+            "files": {name: {"size": info["size"], "sha256": info["sha256"]} for name, info in files.items()},
+            "revision": revision,
+            "size_gb": round(total / 1e9, 9),
+        }
+    (hub_dir / hub.INDEX_NAME).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    return section
 
 
 def _write_sha256sums(art_dir: Path) -> None:

@@ -1,0 +1,202 @@
+"""Every `vllm serve` line the example inventory renders is accepted by the pinned release's own parser.
+
+For each host of inventories/example, its models are resolved (`resolve_models`) and
+rendered (`serve_argv`) exactly as the roles do, and vllm_fleet.argcheck parses them with
+the real parser of the vLLM release its vendor group pins (`fleet_matrix.vllm.release`,
+else `fleet_matrix.vllm.version`). Negative tests prove the checker can say no, with the
+real parser's words. The seed-flag tests record what the pristine releases make of the
+flags the vendor guides (seeds 001 and 004) use.
+
+All command lines of one release are parsed in one checker process (one ~8 s import).
+The first run for a release builds its environment (~2-3 min, ~4-5 GB, see argcheck);
+tests skip only when this machine offers no CPU torch, and say so.
+
+Run: pytest -m parser tests/parser   (VLLM_FLEET_CACHE chooses the cache, default /var/cache/vllm-fleet)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, example_hosts
+from vllm_fleet import argcheck
+from vllm_fleet.models import resolve_models
+from vllm_fleet.render import serve_argv
+
+pytestmark = [pytest.mark.slow, pytest.mark.parser]
+
+
+def pinned_release(host_vars: dict) -> str:
+    """The vLLM release whose parser judges this host's command lines."""
+    vllm = (host_vars.get("fleet_matrix") or {}).get("vllm") or {}
+    # Ascend pins a development commit and names the release separately; others pin the release.
+    release = vllm.get("release") or vllm.get("version")
+    assert release, "fleet_matrix.vllm has neither `release` nor `version`"
+    return str(release)
+
+
+def inventory_lines() -> list[tuple[str, str, list[str]]]:
+    """(test id, release, argv) for every model of every example host."""
+    lines = []
+    for host, hv in sorted(example_hosts().items()):
+        release = pinned_release(hv)
+        models, problems = resolve_models(
+            hv.get("fleet_models"), hv.get("fleet_accelerator"),
+            serve_defaults=hv.get("fleet_serve_defaults"), serve_env=hv.get("fleet_serve_env"),
+            launch_profiles=hv.get("fleet_launch_profiles"), base_port=hv.get("fleet_serve_base_port"))
+        assert problems == [], f"{host}: {problems}"
+        for model in models:
+            if model["port"] is None:
+                # A disabled model gets no port; its flags must still parse once it is enabled again.
+                model = {**model, "port": hv.get("fleet_serve_base_port") or 8000}
+            lines.append((f"{host}/{model['name']}@{release}", release, serve_argv(model)))
+    return lines
+
+
+INVENTORY = inventory_lines()
+PINNED = sorted({release for _, release, _ in INVENTORY})
+SAMPLE = {release: argv for _, release, argv in reversed(INVENTORY)}  # one rendered line per release
+
+# Seed 001 (Ascend, vLLM 0.11.2), as its guide writes it.
+SEED_001 = ["vllm", "serve", "/model/GPT-OSS", "--served-model-name", "gpt-oss-120b-bf16",
+            "--gpu-memory-utilization", "0.95", "--tensor-parallel-size", "8", "--max-model-len", "16384",
+            "--compilation_config",
+            '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1024,512,256,128,64,16,4,2,1]}']
+# Seed 004 (Moore Threads AIModule 1.4.2, "based on vLLM 0.16.0"): each flag of its guide on its own.
+SEED_004_MUSA_GRAPH = ["--compilation-config", '{"simple_cuda_graph": true, "cudagraph_capture_sizes": [1]}']
+SEED_004_FLAGS = {
+    "host": ["--host", "127.0.0.1"],
+    "tp-short": ["-tp", "1"],
+    "gpu_memory_utilization": ["--gpu_memory_utilization", "0.7"],
+    "dtype": ["--dtype", "bfloat16"],
+    "block_size": ["--block_size", "32"],
+    "num-gpu-blocks-override": ["--num-gpu-blocks-override", "512"],
+    "max-model-len": ["--max-model-len", "16384"],
+    "max-num-seqs": ["--max-num-seqs", "1"],
+    "swap_space": ["--swap_space", "0"],
+    "no-enable-prefix-caching": ["--no-enable-prefix-caching"],
+    "trust-remote-code": ["--trust-remote-code"],
+    "quantization": ["--quantization", "gptq"],
+    "runner-pooling-embed": ["--runner", "pooling", "--convert", "embed"],
+    "runner-pooling-classify": ["--runner", "pooling", "--convert", "classify"],
+    "enforce-eager": ["--enforce-eager"],
+    "limit-mm-per-prompt": ["--limit-mm-per-prompt", '{"image":1}'],
+    "hf-overrides": ["--hf-overrides", '{"text_config":{"tie_word_embeddings":false}}'],
+    "capture-sizes-only": ["--compilation-config", '{"cudagraph_capture_sizes": [1]}'],
+}
+SEED_BASE = ["vllm", "serve", "/home/models/m", "--port", "8000"]
+BOGUS = ["--bogus-flag", "1"]
+BAD_JSON = ["--compilation-config", '{"cudagraph_mode": "PIECEWISE",']
+
+# Every line each release is asked about, so that each release is one checker process.
+WANTED: dict[str, list[list[str]]] = {}
+for _, _release, _argv in INVENTORY:
+    WANTED.setdefault(_release, []).append(_argv)
+for _release in PINNED:
+    WANTED[_release] += [SAMPLE[_release] + BOGUS, SAMPLE[_release] + BAD_JSON]
+WANTED.setdefault("0.11.2", []).extend([SEED_001, SEED_BASE + SEED_004_MUSA_GRAPH])
+WANTED.setdefault("0.16.0", []).extend(
+    [SEED_BASE + SEED_004_MUSA_GRAPH] + [SEED_BASE + flags for flags in SEED_004_FLAGS.values()])
+
+
+@pytest.fixture(scope="session")
+def verdict():
+    """verdict(release, argv) -> the checker's {ok, error, warnings, dropped_keys} for that line."""
+    results: dict[str, dict | BaseException] = {}
+
+    def get(release: str, argv: list[str]) -> dict:
+        if release not in results:
+            lines = WANTED[release]
+            try:
+                found = argcheck.check(release, lines)
+                results[release] = {json.dumps(a): r for a, r in zip(lines, found)}
+            except argcheck.TorchUnavailable as exc:
+                results[release] = exc
+            except argcheck.ArgcheckError as exc:
+                # Remembered, so every test of this release fails with the reason instead of rebuilding.
+                results[release] = exc
+        outcome = results[release]
+        if isinstance(outcome, argcheck.TorchUnavailable):
+            pytest.skip(f"this machine cannot provide a CPU build of torch: {outcome}")
+        if isinstance(outcome, BaseException):
+            pytest.fail(f"the vllm {release} parser could not be prepared: {outcome}")
+        return outcome[json.dumps(argv)]
+
+    return get
+
+
+@pytest.mark.parametrize("release,argv", [(r, a) for _, r, a in INVENTORY], ids=[i for i, _, _ in INVENTORY])
+def test_rendered_line_is_accepted_by_the_pinned_release(verdict, release, argv):
+    result = verdict(release, argv)
+    assert result["ok"], f"vLLM {release} rejects {argv}:\n{result['error']}"
+
+
+@pytest.mark.parametrize("release,argv", [(r, a) for _, r, a in INVENTORY], ids=[i for i, _, _ in INVENTORY])
+def test_no_json_key_of_a_rendered_line_is_silently_dropped(verdict, release, argv):
+    # Releases before 0.16 build CompilationConfig with pydantic's extra="ignore": a key they
+    # do not know parses fine and does nothing.
+    assert verdict(release, argv)["dropped_keys"] == []
+
+
+@pytest.mark.parametrize("release", PINNED)
+def test_unknown_flag_is_rejected(verdict, release):
+    result = verdict(release, SAMPLE[release] + BOGUS)
+    assert not result["ok"]
+    assert result["error"] == "vllm: error: unrecognized arguments: --bogus-flag 1"
+
+
+@pytest.mark.parametrize("release", PINNED)
+def test_malformed_compilation_config_is_rejected(verdict, release):
+    result = verdict(release, SAMPLE[release] + BAD_JSON)
+    assert not result["ok"]
+    # The alias is -O up to 0.11 and -cc from 0.12; the message is pydantic's.
+    assert result["error"].startswith("vllm serve: error: argument --compilation-config/-"), result["error"]
+    assert "validation error for CompilationConfig" in result["error"]
+    assert "Invalid JSON" in result["error"]
+
+
+def test_seed_001_line_is_accepted_by_0_11_2(verdict):
+    # --compilation_config: FlexibleArgumentParser folds underscores in flag names to dashes.
+    result = verdict("0.11.2", SEED_001)
+    assert result["ok"], result["error"]
+    assert result["dropped_keys"] == []
+
+
+@pytest.mark.parametrize("name", sorted(SEED_004_FLAGS))
+def test_seed_004_flag_is_accepted_by_pristine_0_16_0(verdict, name):
+    result = verdict("0.16.0", SEED_BASE + SEED_004_FLAGS[name])
+    assert result["ok"], result["error"]
+
+
+def test_seed_004_musa_graph_key_is_rejected_by_pristine_0_16_0(verdict):
+    # `simple_cuda_graph` exists only in the Moore Threads fork; pristine 0.16.0 forbids unknown keys.
+    result = verdict("0.16.0", SEED_BASE + SEED_004_MUSA_GRAPH)
+    assert not result["ok"]
+    assert result["error"].startswith("vllm serve: error: argument --compilation-config/-cc: "
+                                      "1 validation error for CompilationConfig\nsimple_cuda_graph\n"
+                                      "  Unexpected keyword argument"), result["error"]
+
+
+def test_seed_004_musa_graph_key_is_dropped_silently_by_0_11_2(verdict):
+    result = verdict("0.11.2", SEED_BASE + SEED_004_MUSA_GRAPH)
+    assert result["ok"], result["error"]
+    assert result["dropped_keys"] == ["--compilation-config.simple_cuda_graph"]
+
+
+def test_cli_reports_json_and_exit_status(verdict, tmp_path):
+    release = PINNED[0]
+    verdict(release, SAMPLE[release])  # skips (no CPU torch) or fails (no environment) like the rest
+    lines = [SAMPLE[release], SAMPLE[release] + BOGUS]
+    (tmp_path / "argvs.json").write_text(json.dumps(lines))
+    proc = subprocess.run([sys.executable, "-m", "vllm_fleet.argcheck", "--release", release, "--json",
+                           str(tmp_path / "argvs.json")], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [r["ok"] for r in report] == [True, False]
+    assert report[1]["argv"] == lines[1]
+    assert report[1]["error"] == "vllm: error: unrecognized arguments: --bogus-flag 1"
+

@@ -1,0 +1,660 @@
+"""Check rendered `vllm serve` command lines with the real parser of a vLLM release.
+
+vllm-fleet renders every `vllm serve` command line itself (`vllm_fleet.render.serve_argv`).
+Whether a line is right is decided by the argument parser of the vLLM release that the
+vendor group pins (`fleet_matrix.vllm.release` for Ascend, `fleet_matrix.vllm.version`
+for the others), not by our own tables. This module asks that parser, offline:
+
+* `prepare(release)` builds, once, a virtualenv holding that exact vLLM wheel from PyPI
+  (installed with ``--no-deps``), a CPU build of torch found on this machine, and the
+  wheel's own ``Requires-Dist`` minus the GPU-only packages (`GPU_ONLY`). It lives in
+  ``${VLLM_FLEET_CACHE:-/var/cache/vllm-fleet}/argcheck/<release>/``; it is built in a
+  temporary directory next to it and renamed into place, under a per-release lock, so
+  concurrent callers wait for one build and never see half of one.
+* `check(release, argvs)` runs this very file inside that virtualenv (``--inner``): one
+  process imports vLLM once (~8 s) and parses every command line, exactly as
+  ``vllm.entrypoints.cli.main`` does (the ``vllm`` parser with its subcommands, then the
+  subcommand's ``validate``), and returns ``[{"ok", "error", "warnings"}, ...]`` in order.
+
+Command line::
+
+    python -m vllm_fleet.argcheck --release 0.11.2 --json argvs.json   # [["vllm", "serve", ...], ...]
+    python -m vllm_fleet.argcheck --release 0.16.0 --prepare-only
+
+It prints the results as JSON and exits 0 when every line is accepted, 1 when one is
+rejected, 2 when the parser could not be prepared (the message says which step and why).
+
+Where wheels come from (shared by all releases, under the same cache directory):
+
+* ``argcheck/wheelhouse/`` -- the vLLM wheels, the CPU torch wheel and every dependency
+  wheel. A build first installs from here alone (``--no-index``); only what is missing is
+  fetched from the configured pip index (PyPI) with ``pip wheel`` into it. With a filled
+  wheelhouse a build needs no network; ``--offline`` / ``VLLM_FLEET_ARGCHECK_OFFLINE=1``
+  forbids the network and says what is missing.
+* ``argcheck/pip-cache/`` -- pip's own cache (HTTP responses, wheels built from sdists).
+* torch: PyPI's Linux torch is the CUDA build (and pulls ~3 GB of nvidia-* wheels), so
+  torch is never taken from an index. The newest CPU wheel (``torch-*+cpu-*.whl``) for
+  this interpreter is taken from ``$VLLM_FLEET_TORCH_WHEEL``, the wheelhouse, or pip's
+  ``find-links`` directories (``/opt/wheels`` on our build machines) and pinned with a
+  constraint so no dependency can replace it. Without one, `TorchUnavailable` is raised.
+  Its version need not be the one the release pins: parsing never runs a kernel.
+
+Cost, measured on the project's 2-core build machine (Python 3.11, PyPI reachable):
+
+* first run for a release: ~2-3 min (vLLM wheel 370-510 MB in a few seconds, venv and
+  dependencies ~1-2 min, first import ~15 s) and 4-5 GB of disk for its virtualenv,
+  plus the shared wheelhouse (~1.9 GB after three releases) and pip cache (~1 GB);
+* later runs: one process per release and call, ~8-12 s of imports plus a few ms per
+  command line; nothing is downloaded.
+
+Findings with the pristine releases the example inventory pins (the flags of the seeds):
+
+* 0.11.2 (Ascend, seed 001; NVIDIA, seed 003) accepts seed 001's full line, including
+  ``--compilation_config '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes":
+  [1024,512,256,128,64,16,4,2,1]}'`` (underscores are folded to dashes by
+  FlexibleArgumentParser), and seed 003's flags.
+* 0.16.0 (Moore Threads, seed 004) accepts every seed 004 flag except the fork's
+  compilation key: ``--compilation-config '{"simple_cuda_graph": true, ...}'`` is rejected
+  with ``vllm serve: error: argument --compilation-config/-cc: Value error, Unsupported
+  config key: simple_cuda_graph ...`` -- pristine 0.16.0's CompilationConfig forbids
+  unknown keys. ``--swap_space 0`` is accepted (deprecated, with a warning).
+* 0.10.2 (MetaX, seed 000) accepts what the inventory renders for it.
+
+See tests/parser/test_vllm_parser.py for the exact lines and messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+log = logging.getLogger("vllm_fleet.argcheck")
+
+DEFAULT_CACHE = "/var/cache/vllm-fleet"
+#: Bump when the recipe of a release's environment changes: older ones are rebuilt.
+RECIPE_VERSION = 1
+#: A release is X.Y.Z with an optional .postN or rcN; anything else never reaches pip or a path.
+RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?$")
+
+#: Requirements of vLLM left out of the parser's environment, with why (canonical names).
+GPU_ONLY = {
+    "torch": "a CPU build is installed from a local wheel instead (PyPI's is the CUDA build)",
+    "torchaudio": "its PyPI wheels pin the CUDA torch; the parser never imports it",
+    "torchvision": "its PyPI wheels pin the CUDA torch; the parser never imports it",
+    "xformers": "CUDA kernels only",
+    "flashinfer-python": "CUDA kernels only",
+    "flash-attn": "CUDA kernels only",
+    "vllm-flash-attn": "CUDA kernels only",
+    "deep-gemm": "CUDA kernels only",
+    "deep-ep": "CUDA kernels only",
+    "triton": "GPU compiler; vLLM falls back to a placeholder without it",
+    "ray": "distributed executor; ray[cgraph] pulls cupy-cuda12x; never imported to parse",
+    "nvidia-ml-py": "NVML bindings; the checker pins the CPU platform",
+}
+#: Name prefixes of GPU-only requirements (CUDA runtimes, cupy builds, NVIDIA libraries).
+GPU_ONLY_PREFIXES = ("nvidia-", "cuda-", "cupy", "flashinfer-", "pynvml")
+
+#: Environment of the checker process: no telemetry, no hub access, no device probing.
+_CHECKER_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "CUDA_VISIBLE_DEVICES": "",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+class ArgcheckError(RuntimeError):
+    """The parser of a release could not be prepared or run; the message says why."""
+
+
+class TorchUnavailable(ArgcheckError):
+    """This machine offers no CPU build of torch for this interpreter."""
+
+
+# --------------------------------------------------------------------------- host side
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    base = cache_dir or os.environ.get("VLLM_FLEET_CACHE") or DEFAULT_CACHE
+    return Path(base) / "argcheck"
+
+
+def _packaging():
+    """`packaging` (ansible-core depends on it), or the copy pip vendors."""
+    try:
+        from packaging import requirements, tags, utils, version
+    except ImportError:  # pragma: no cover - depends on the interpreter
+        from pip._vendor.packaging import requirements, tags, utils, version  # type: ignore
+    return requirements, tags, utils, version
+
+
+def _check_release(release: str) -> str:
+    if not isinstance(release, str) or not RELEASE_RE.match(release):
+        raise ValueError(f"release {release!r}: expected a vLLM release such as 0.11.2")
+    return release
+
+
+def _wheel_fits(path: Path) -> bool:
+    """True when a wheel file installs on this interpreter and platform."""
+    _, tags, utils, _ = _packaging()
+    try:
+        _, _, _, wheel_tags = utils.parse_wheel_filename(path.name)
+    except utils.InvalidWheelFilename:
+        return False
+    supported = set(tags.sys_tags())
+    return any(t in supported for t in wheel_tags)
+
+
+def _pip_find_links() -> list[Path]:
+    """Local directories pip is configured to search (PIP_FIND_LINKS, pip.conf find-links)."""
+    values = [os.environ.get("PIP_FIND_LINKS", "")]
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().endswith("find-links"):
+            values.append(value.strip().strip("'\""))
+    dirs = []
+    for value in values:
+        for item in value.split():
+            item = item.removeprefix("file://")
+            if item and Path(item).is_dir() and Path(item) not in dirs:
+                dirs.append(Path(item))
+    return dirs
+
+
+def find_cpu_torch(wheelhouse: Path | None = None) -> Path:
+    """The newest CPU torch wheel this interpreter can install; TorchUnavailable if none."""
+    _, _, utils, _ = _packaging()
+    explicit = os.environ.get("VLLM_FLEET_TORCH_WHEEL")
+    if explicit:
+        path = Path(explicit)
+        if not (path.is_file() and _wheel_fits(path)):
+            raise TorchUnavailable(f"VLLM_FLEET_TORCH_WHEEL={explicit} is not a torch wheel for this interpreter")
+        return path
+    searched = ([wheelhouse] if wheelhouse else []) + _pip_find_links()
+    found = [p for d in searched for p in d.glob("torch-*+cpu*.whl") if _wheel_fits(p)]
+    if not found:
+        where = ", ".join(str(d) for d in searched) or "no directory (pip has no find-links)"
+        raise TorchUnavailable(
+            "no CPU torch wheel (torch-*+cpu*.whl) for this interpreter in " + where + "; PyPI's Linux "
+            "torch is the CUDA build, so set VLLM_FLEET_TORCH_WHEEL to a CPU wheel or add its directory "
+            "to pip's find-links")
+    return max(found, key=lambda p: utils.parse_wheel_filename(p.name)[1])
+
+
+def _run(cmd: list[str], what: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    log.debug("running %s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+        raise ArgcheckError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    return proc
+
+
+def _pip_env(root: Path) -> dict:
+    env = dict(os.environ)
+    env.update(PIP_CACHE_DIR=str(root / "pip-cache"), PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    # A caller's virtualenv must not leak into the one being built.
+    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "PIP_TARGET", "PIP_PREFIX"):
+        env.pop(name, None)
+    return env
+
+
+def _vllm_wheel(root: Path, release: str, offline: bool) -> Path:
+    """The release's wheel in the wheelhouse, downloaded from the pip index the first time."""
+    wheelhouse = root / "wheelhouse"
+    found = [p for p in wheelhouse.glob(f"vllm-{release}-*.whl") if _wheel_fits(p)]
+    if found:
+        return found[0]
+    if offline:
+        raise ArgcheckError(f"offline, and the wheelhouse {wheelhouse} has no vllm {release} wheel")
+    log.info("downloading the vllm %s wheel (370-510 MB)", release)
+    # --no-cache-dir: the wheelhouse is the cache; pip's would hold a second copy.
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-cache-dir",
+          "--dest", str(wheelhouse), f"vllm=={release}"], f"downloading vllm=={release} from the pip index",
+         env=_pip_env(root))
+    found = [p for p in wheelhouse.glob(f"vllm-{release}-*.whl") if _wheel_fits(p)]
+    if not found:
+        raise ArgcheckError(f"pip downloaded no vllm {release} wheel for this platform into {wheelhouse}")
+    return found[0]
+
+
+def wheel_requirements(wheel: Path) -> tuple[list[str], dict[str, str]]:
+    """(requirements to install, {left-out name: why}) from a wheel's Requires-Dist.
+
+    Markers are evaluated for this interpreter, the one the environment is built with;
+    extras are not requested, so `extra == ...` requirements drop out.
+    """
+    requirements, _, utils, _ = _packaging()
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = zf.read(meta_name).decode()
+    wanted, left_out = [], {}
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = requirements.Requirement(line.split(":", 1)[1].strip())
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        name = utils.canonicalize_name(req.name)
+        reason = GPU_ONLY.get(name) or ("GPU-only package" if name.startswith(GPU_ONLY_PREFIXES) else None)
+        if reason:
+            left_out[str(req)] = reason
+            continue
+        req.marker = None
+        wanted.append(str(req))
+    return wanted, left_out
+
+
+def _install_dependencies(root: Path, python: Path, reqs: list[str], constraints: Path, offline: bool,
+                          release: str) -> None:
+    """Install `reqs` into the environment from the wheelhouse, filling it from the index first if needed."""
+    wheelhouse = root / "wheelhouse"
+    env = _pip_env(root)
+    local = [str(python), "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
+             "-c", str(constraints), *reqs]
+    if _run(local, "installing from the wheelhouse", env=env, check=False).returncode == 0:
+        return
+    if offline:
+        proc = _run([*local, "--dry-run"], "", env=env, check=False)
+        raise ArgcheckError(f"offline, and the wheelhouse {wheelhouse} lacks dependencies of vllm {release}:\n"
+                            + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:]))
+    log.info("fetching the dependencies of vllm %s into the wheelhouse", release)
+    fetch = [str(python), "-m", "pip", "wheel", "--wheel-dir", str(wheelhouse), "--find-links", str(wheelhouse),
+             "-c", str(constraints)]
+    proc = _run([*fetch, *reqs], "", env=env, check=False)
+    if proc.returncode != 0:
+        # Name the culprits: each requirement alone, so the report says which one cannot be had.
+        failing = [r for r in reqs if _run([*fetch, r], "", env=env, check=False).returncode != 0]
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        which = (f"these requirements cannot be installed: {', '.join(failing)}" if failing else
+                 "each requirement installs alone, so they conflict with each other (or with the pinned CPU torch)")
+        raise ArgcheckError(f"dependencies of vllm {release} (from its Requires-Dist): {which}\npip said:\n{tail}")
+    _run(local, f"installing the dependencies of vllm {release}", env=env)
+
+
+def _manifest(path: Path) -> dict | None:
+    try:
+        return json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ready(path: Path) -> bool:
+    manifest = _manifest(path)
+    return bool(manifest) and manifest.get("recipe") == RECIPE_VERSION and (path / "venv" / "bin" / "python").exists()
+
+
+def _offline(offline: bool | None) -> bool:
+    if offline is not None:
+        return offline
+    return os.environ.get("VLLM_FLEET_ARGCHECK_OFFLINE", "") not in ("", "0", "false", "no")
+
+
+def prepare(release: str, *, cache_dir: str | os.PathLike | None = None, offline: bool | None = None) -> Path:
+    """The directory of `release`'s parser environment, built first if needed (see the module doc)."""
+    _check_release(release)
+    root = cache_root(cache_dir)
+    final = root / release
+    if _ready(final):
+        return final
+    offline = _offline(offline)
+    (root / "wheelhouse").mkdir(parents=True, exist_ok=True)
+    with open(root / f".{release}.lock", "w") as lock:
+        # One builder per release; the others wait here and then find it ready.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _ready(final):
+            return final
+        for stale in root.glob(f".{release}.build-*"):
+            # Left by a builder that died: we hold the lock, so no one else is using it.
+            shutil.rmtree(stale, ignore_errors=True)
+        started = time.monotonic()
+        torch_wheel = find_cpu_torch(root / "wheelhouse")
+        vllm_wheel = _vllm_wheel(root, release, offline)
+        if torch_wheel.parent != root / "wheelhouse":
+            shutil.copy2(torch_wheel, root / "wheelhouse" / torch_wheel.name)
+            torch_wheel = root / "wheelhouse" / torch_wheel.name
+        build = Path(tempfile.mkdtemp(prefix=f".{release}.build-", dir=root))
+        build.chmod(0o755)  # mkdtemp's 0700 would keep other users of a shared cache out
+        try:
+            log.info("building the vllm %s parser environment in %s (first run for a release: "
+                     "~2-3 min, ~4-5 GB)", release, final)
+            _build(root, build, release, vllm_wheel, torch_wheel, offline)
+            seconds = round(time.monotonic() - started, 1)
+            manifest = _manifest(build) or {}
+            manifest["build_seconds"] = seconds
+            (build / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            if final.exists():
+                # An environment of an older recipe: move it aside first, rename is atomic only onto nothing.
+                old = root / f".{release}.old-{os.getpid()}"
+                final.rename(old)
+                shutil.rmtree(old, ignore_errors=True)
+            build.rename(final)
+            log.info("vllm %s parser environment ready in %.0f s", release, seconds)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+    return final
+
+
+def _build(root: Path, build: Path, release: str, vllm_wheel: Path, torch_wheel: Path, offline: bool) -> None:
+    _, _, utils, _ = _packaging()
+    env = _pip_env(root)
+    venv = build / "venv"
+    # The base interpreter, not a venv's: the environment must not depend on the caller's.
+    base_python = getattr(sys, "_base_executable", None) or sys.executable
+    _run([base_python, "-m", "venv", str(venv)], "creating the virtualenv")
+    python = venv / "bin" / "python"
+    torch_version = str(utils.parse_wheel_filename(torch_wheel.name)[1])
+    constraints = build / "constraints.txt"
+    # The CPU torch stays; a requirement that needs another torch fails loudly instead of pulling CUDA.
+    constraints.write_text(f"torch=={torch_version}\n")
+    _run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(root / "wheelhouse"),
+          str(torch_wheel)], "installing torch from the wheelhouse", env=env, check=False)
+    if _run([str(python), "-c", "import torch"], "", check=False).returncode != 0:
+        # torch's own small dependencies (sympy, networkx, ...) are not in the wheelhouse yet.
+        if offline:
+            raise ArgcheckError(f"offline, and the wheelhouse lacks the dependencies of {torch_wheel.name}")
+        _run([str(python), "-m", "pip", "wheel", "--wheel-dir", str(root / "wheelhouse"), "--find-links",
+              str(root / "wheelhouse"), "-c", str(constraints), str(torch_wheel)],
+             f"fetching the dependencies of {torch_wheel.name}", env=env)
+        _run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(root / "wheelhouse"),
+              str(torch_wheel)], f"installing {torch_wheel.name}", env=env)
+    _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(vllm_wheel)],
+         f"installing {vllm_wheel.name}", env=env)
+    reqs, left_out = wheel_requirements(vllm_wheel)
+    _install_dependencies(root, python, reqs, constraints, offline, release)
+    freeze = _run([str(python), "-m", "pip", "freeze", "--all"], "listing the environment", env=env).stdout
+    (build / "manifest.json").write_text(json.dumps({
+        "recipe": RECIPE_VERSION,
+        "release": release,
+        "vllm_wheel": vllm_wheel.name,
+        "torch_wheel": torch_wheel.name,
+        "python": sys.version.split()[0],
+        "requirements": reqs,
+        "left_out": left_out,
+        "installed": freeze.splitlines(),
+    }, indent=2) + "\n")
+
+
+def run_checker(release: str, argvs: list[list[str]], *, cache_dir: str | os.PathLike | None = None,
+                offline: bool | None = None, timeout: float = 900) -> dict:
+    """Parse every argv with `release`'s parser; the checker's whole report.
+
+    The report has `vllm_version`, `import_seconds`, `parse_seconds` and `results`
+    (one `{ok, error, warnings}` per argv, in order).
+    """
+    argvs = [list(a) for a in argvs]
+    for argv in argvs:
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f"each command line must be a non-empty list of strings, got {argv!r}")
+    env_dir = prepare(release, cache_dir=cache_dir, offline=offline)
+    with tempfile.TemporaryDirectory(prefix="vllm-fleet-argcheck-") as tmp:
+        inp, out = Path(tmp) / "argvs.json", Path(tmp) / "report.json"
+        inp.write_text(json.dumps(argvs))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VLLM_", "PIP_"))}
+        env.update(_CHECKER_ENV, HOME=tmp, VLLM_CACHE_ROOT=str(Path(tmp) / "vllm-cache"))
+        # -I: the checker sees only its own environment (not the caller's cwd, PYTHONPATH or user site).
+        cmd = [str(env_dir / "venv" / "bin" / "python"), "-I", str(Path(__file__).resolve()), "--inner",
+               str(inp), str(out)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise ArgcheckError(f"the vllm {release} checker ran past {timeout} s") from exc
+        report = json.loads(out.read_text()) if out.exists() else {}
+    if proc.returncode != 0 or "results" not in report:
+        detail = report.get("setup_error") or "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+        raise ArgcheckError(f"the vllm {release} parser could not be run (exit {proc.returncode}):\n{detail}")
+    return report
+
+
+def check(release: str, argvs: list[list[str]], **kwargs) -> list[dict]:
+    """One `{ok: bool, error: str | None, warnings: list[str]}` per command line, in order.
+
+    Each argv is a full command line as `serve_argv` renders it: argv[0] is the
+    executable (dropped, as the shell does), argv[1] the subcommand (`serve`).
+    """
+    return run_checker(release, argvs, **kwargs)["results"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vllm_fleet.argcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--release", required=True, help="vLLM release whose parser decides, e.g. 0.11.2")
+    parser.add_argument("--json", dest="json_file", help="file with a JSON list of argv lists ('-' = stdin)")
+    parser.add_argument("--prepare-only", action="store_true", help="build the release's environment and stop")
+    parser.add_argument("--offline", action="store_true", default=None, help="never use the network")
+    parser.add_argument("--cache-dir", help="instead of $VLLM_FLEET_CACHE or " + DEFAULT_CACHE)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="argcheck: %(message)s", stream=sys.stderr)
+    try:
+        if args.prepare_only:
+            print(prepare(args.release, cache_dir=args.cache_dir, offline=args.offline))
+            return 0
+        if not args.json_file:
+            parser.error("--json FILE is required unless --prepare-only")
+        text = sys.stdin.read() if args.json_file == "-" else Path(args.json_file).read_text()
+        argvs = json.loads(text)
+        if not isinstance(argvs, list):
+            parser.error("--json: the file must hold a JSON list of argv lists")
+        results = check(args.release, argvs, cache_dir=args.cache_dir, offline=args.offline)
+    except (ArgcheckError, ValueError) as exc:
+        print(f"argcheck: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps([{"argv": a, **r} for a, r in zip(argvs, results)], indent=2))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+# ------------------------------------------------------------------ inside the release's venv
+# Everything below runs with the release's own interpreter and vLLM, and only the standard
+# library besides vLLM: this file is executed there as a script (`--inner`).
+
+
+class _ParserError(Exception):
+    """argparse's error(), raised instead of printing usage and exiting."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(f"{prog}: error: {message}")
+
+
+def _raise_parser_error(self, message):
+    raise _ParserError(self.prog, message)
+
+
+def _import_first(candidates: list[tuple[str, str]]):
+    """The first (module, attribute) that imports: vLLM moved several of these between releases."""
+    import importlib
+
+    errors = []
+    for module, attr in candidates:
+        try:
+            return getattr(importlib.import_module(module), attr), f"{module}.{attr}"
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{module}.{attr}: {exc}")
+    raise ImportError("none of these could be imported: " + "; ".join(errors))
+
+
+def _pin_cpu_platform() -> str:
+    """Make vLLM's current_platform the CPU one.
+
+    Without a GPU (and with a non-CPU wheel) vLLM resolves an UnspecifiedPlatform, and
+    building the serve parser fails with "Failed to infer device type".
+    """
+    from vllm import platforms
+
+    cpu_cls, where = _import_first([("vllm.platforms.cpu", "CpuPlatform")])
+    platform = cpu_cls()
+    platforms.current_platform = platform
+    if hasattr(platforms, "_current_platform"):
+        platforms._current_platform = platform
+    return where
+
+
+def _serve_commands(parser, flexible_cls) -> tuple[dict, str]:
+    """Register vLLM's serve subcommand on `parser` as `vllm`'s main() does.
+
+    Returns ({name: (command, its subparser)}, where it came from).
+    """
+    import importlib
+
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    cmds = {}
+    try:
+        module = importlib.import_module("vllm.entrypoints.cli.serve")
+    except ImportError:
+        module = None
+    if module is not None:
+        for cmd in module.cmd_init():
+            cmds[cmd.name] = (cmd, cmd.subparser_init(subparsers))
+        return cmds, "vllm.entrypoints.cli.serve.cmd_init"
+    # Releases without the CLI module: the OpenAI server's parser is the serve parser.
+    cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
+
+    class _Serve:
+        name = "serve"
+
+        @staticmethod
+        def validate(args):
+            cli_args.validate_parsed_serve_args(args)
+
+    serve = subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]")
+    serve.add_argument("model_tag", nargs="?")
+    serve = cli_args.make_arg_parser(serve) or serve
+    return {"serve": (_Serve(), serve)}, "vllm.entrypoints.openai.cli_args.make_arg_parser"
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _clear_once_caches() -> None:
+    """vLLM logs some warnings (deprecated flags) once per process; we want them per command line."""
+    try:
+        import vllm.logger as vlog
+    except ImportError:
+        return
+    for name in dir(vlog):
+        if name.startswith("_print_") and name.endswith("_once"):
+            clear = getattr(getattr(vlog, name), "cache_clear", None)
+            if clear:
+                clear()
+
+
+def _dropped_keys(subparser, namespace, args: list[str]) -> list[str]:
+    """`--flag.key` for each top-level key of a JSON flag that the parsed config object lacks.
+
+    Some releases build their config objects (CompilationConfig, ...) with pydantic's
+    default `extra="ignore"`: an unknown key -- a typo, or a fork's key such as Moore
+    Threads' `simple_cuda_graph` -- is then dropped without an error. This finds them.
+    """
+    import dataclasses
+
+    actions = getattr(subparser, "_option_string_actions", {})
+    dropped = []
+    for i, token in enumerate(args):
+        if not token.startswith("-"):
+            continue
+        name, eq, raw = token.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")  # as FlexibleArgumentParser folds them
+        action = actions.get(name)
+        if action is None:
+            continue
+        if not eq:
+            raw = args[i + 1] if i + 1 < len(args) else ""
+        try:
+            given = json.loads(raw)
+        except ValueError:
+            continue
+        parsed = getattr(namespace, action.dest, None)
+        if not isinstance(given, dict) or not dataclasses.is_dataclass(parsed) or isinstance(parsed, type):
+            continue
+        known = {f.name for f in dataclasses.fields(parsed)}
+        dropped += [f"{action.option_strings[0]}.{key}" for key in given if key not in known]
+    return dropped
+
+
+def _parse_one(parser, cmds: dict, argv: list[str], records: _Records) -> dict:
+    args = list(argv[1:])  # argv[0] is the executable
+    records.messages.clear()
+    _clear_once_caches()
+    stderr, stdout = io.StringIO(), io.StringIO()
+    error, dropped = None, []
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
+        try:
+            namespace = parser.parse_args(args)
+            cmd, subparser = cmds.get(getattr(namespace, "subparser", None), (None, None))
+            if cmd is None:
+                error = f"not a subcommand this checker knows: {args[:1]}"
+            else:
+                cmd.validate(namespace)
+                dropped = _dropped_keys(subparser, namespace, args)
+        except _ParserError as exc:
+            error = str(exc)
+        except SystemExit as exc:
+            error = stderr.getvalue().strip().splitlines()[-1:] or [f"the parser exited with status {exc.code}"]
+            error = error[0]
+        except Exception as exc:  # validate() and type converters raise anything; report, don't crash
+            error = f"{type(exc).__name__}: {exc}"
+    warnings = list(dict.fromkeys(records.messages))
+    warnings += [f"{key} is not a field of this release's config and is dropped without an error"
+                 for key in dropped]
+    return {"ok": error is None, "error": error, "warnings": warnings, "dropped_keys": dropped}
+
+
+def _inner_main(input_path: str, output_path: str) -> int:
+    report: dict = {"python": sys.version.split()[0]}
+    started = time.monotonic()
+    try:
+        flexible_cls, report["parser_class"] = _import_first([
+            ("vllm.utils.argparse_utils", "FlexibleArgumentParser"),  # 0.11.1 and later
+            ("vllm.utils", "FlexibleArgumentParser"),  # 0.10.x, 0.11.0
+        ])
+        report["platform"] = _pin_cpu_platform()
+        argparse.ArgumentParser.error = _raise_parser_error
+        parser = flexible_cls(prog="vllm", description="vLLM CLI")
+        cmds, report["serve_from"] = _serve_commands(parser, flexible_cls)
+        import vllm
+
+        report["vllm_version"] = getattr(vllm, "__version__", "unknown")
+    except BaseException:  # report the reason to the host instead of a bare traceback
+        import traceback
+
+        report["setup_error"] = traceback.format_exc()
+        Path(output_path).write_text(json.dumps(report))
+        return 3
+    report["import_seconds"] = round(time.monotonic() - started, 2)
+    records = _Records()
+    logging.getLogger("vllm").addHandler(records)
+    started = time.monotonic()
+    argvs = json.loads(Path(input_path).read_text())
+    report["results"] = [_parse_one(parser, cmds, argv, records) for argv in argvs]
+    report["parse_seconds"] = round(time.monotonic() - started, 3)
+    Path(output_path).write_text(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--inner":
+        sys.exit(_inner_main(sys.argv[2], sys.argv[3]))
+    sys.exit(main())
