@@ -14,7 +14,11 @@ for the others), not by our own tables. This module asks that parser, offline:
 * `check(release, argvs)` runs this very file inside that virtualenv (``--inner``): one
   process imports vLLM once (~8 s) and parses every command line, exactly as
   ``vllm.entrypoints.cli.main`` does (the ``vllm`` parser with its subcommands, then the
-  subcommand's ``validate``), and returns ``[{"ok", "error", "warnings"}, ...]`` in order.
+  subcommand's ``validate``), and returns, in order, one
+  ``{"ok", "error", "warnings", "dropped_keys"}`` per line: `error` is the parser's own
+  message (``vllm serve: error: ...``), `warnings` what vLLM logged while parsing
+  (deprecations, duplicates), `dropped_keys` the keys of a JSON flag that the release's
+  config class does not have and drops without an error (see `_dropped_keys`).
 
 Command line::
 
@@ -39,28 +43,47 @@ Where wheels come from (shared by all releases, under the same cache directory):
   constraint so no dependency can replace it. Without one, `TorchUnavailable` is raised.
   Its version need not be the one the release pins: parsing never runs a kernel.
 
-Cost, measured on the project's 2-core build machine (Python 3.11, PyPI reachable):
+Cost, measured on the project's 2-core build machine (Python 3.11, PyPI reachable; many
+dependencies came from the machine's local index mirror, so a slower link adds download time):
 
-* first run for a release: ~2-3 min (vLLM wheel 370-510 MB in a few seconds, venv and
-  dependencies ~1-2 min, first import ~15 s) and 4-5 GB of disk for its virtualenv,
-  plus the shared wheelhouse (~1.9 GB after three releases) and pip cache (~1 GB);
-* later runs: one process per release and call, ~8-12 s of imports plus a few ms per
-  command line; nothing is downloaded.
+* first run for a release: 1.3-2.3 min (80-140 s: the vLLM wheel of 370-510 MB in a few
+  seconds, the venv and its ~140 packages the rest; 75 s when the wheelhouse already holds
+  everything) and 3.8-4.2 GB for its virtualenv, plus the shared wheelhouse: 1.1 GB after
+  the first release, 2.0 GB for 0.10.2 + 0.11.2 + 0.16.0 (mostly their vLLM wheels);
+* later runs: one process per call, 7-10 s (vLLM's imports) plus a few ms per command
+  line; nothing is downloaded and the network is not needed.
 
-Findings with the pristine releases the example inventory pins (the flags of the seeds):
+What the pristine releases make of the seeds' flags (checked with this module; the
+tests in tests/parser/test_vllm_parser.py pin these verdicts):
 
-* 0.11.2 (Ascend, seed 001; NVIDIA, seed 003) accepts seed 001's full line, including
-  ``--compilation_config '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes":
-  [1024,512,256,128,64,16,4,2,1]}'`` (underscores are folded to dashes by
-  FlexibleArgumentParser), and seed 003's flags.
-* 0.16.0 (Moore Threads, seed 004) accepts every seed 004 flag except the fork's
-  compilation key: ``--compilation-config '{"simple_cuda_graph": true, ...}'`` is rejected
-  with ``vllm serve: error: argument --compilation-config/-cc: Value error, Unsupported
-  config key: simple_cuda_graph ...`` -- pristine 0.16.0's CompilationConfig forbids
-  unknown keys. ``--swap_space 0`` is accepted (deprecated, with a warning).
-* 0.10.2 (MetaX, seed 000) accepts what the inventory renders for it.
+* 0.16.0 (Moore Threads, seed 004) accepts every flag of seed 004's guide -- ``-tp 1``,
+  ``--gpu_memory_utilization 0.7``, ``--block_size 32``, ``--num-gpu-blocks-override 512``,
+  ``--swap_space 0`` (no deprecation warning), ``--no-enable-prefix-caching``,
+  ``--runner pooling --convert embed|classify``, ``--limit-mm-per-prompt '{"image":1}'``,
+  ``--hf-overrides '{"text_config":{"tie_word_embeddings":false}}'``, ``--dtype``,
+  ``--quantization gptq``, ``--enforce-eager``, ``--trust-remote-code`` -- except the
+  fork's MUSA Graph key: ``--compilation-config '{"simple_cuda_graph": true,
+  "cudagraph_capture_sizes": [1]}'`` is rejected with::
 
-See tests/parser/test_vllm_parser.py for the exact lines and messages.
+      vllm serve: error: argument --compilation-config/-cc: 1 validation error for CompilationConfig
+      simple_cuda_graph
+        Unexpected keyword argument [type=unexpected_keyword_argument, input_value=True, input_type=bool]
+
+  (0.16.0's CompilationConfig forbids unknown keys; ``{"cudagraph_capture_sizes": [1]}``
+  alone is accepted).
+* 0.11.2 (Ascend seed 001, NVIDIA seed 003) accepts seed 001's line, ``--compilation_config
+  '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1024,...,1]}'`` included
+  (FlexibleArgumentParser folds ``_`` in flag names to ``-``), and every flag above; it
+  drops ``simple_cuda_graph`` without an error (reported in `dropped_keys`).
+* 0.10.2 (MetaX, seed 000): as 0.11.2.
+* Checked also 0.10.0, 0.11.0, 0.12.0, 0.13.0, 0.14.1 and 0.15.1: 0.10.0 has no ``--runner``/``--convert`` yet
+  (``vllm: error: unrecognized arguments: --runner pooling --convert embed``) and no
+  ``cudagraph_mode`` key (dropped); up to 0.12.0 unknown compilation keys are dropped,
+  from 0.13.0 they are rejected as above; the short alias of ``--compilation-config`` is
+  ``-O`` up to 0.11.x and ``-cc`` from 0.12.0. FlexibleArgumentParser lives in
+  ``vllm.utils`` up to 0.11.0 and in ``vllm.utils.argparse_utils`` from 0.11.2; the serve
+  subcommand is ``vllm.entrypoints.cli.serve`` throughout (a release without it would be
+  served by ``vllm.entrypoints.openai.cli_args.make_arg_parser``, see `_serve_commands`).
 """
 
 from __future__ import annotations
@@ -86,7 +109,7 @@ log = logging.getLogger("vllm_fleet.argcheck")
 DEFAULT_CACHE = "/var/cache/vllm-fleet"
 #: Bump when the recipe of a release's environment changes: older ones are rebuilt.
 RECIPE_VERSION = 1
-#: A release is X.Y.Z with an optional .postN or rcN; anything else never reaches pip or a path.
+#: X.Y.Z or X.Y.Z.W (0.10.1.1), optionally .postN or rcN; anything else never reaches pip or a path.
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?$")
 
 #: Requirements of vLLM left out of the parser's environment, with why (canonical names).
@@ -138,10 +161,10 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 def _packaging():
     """`packaging` (ansible-core depends on it), or the copy pip vendors."""
     try:
-        from packaging import requirements, tags, utils, version
+        from packaging import requirements, tags, utils
     except ImportError:  # pragma: no cover - depends on the interpreter
-        from pip._vendor.packaging import requirements, tags, utils, version  # type: ignore
-    return requirements, tags, utils, version
+        from pip._vendor.packaging import requirements, tags, utils  # type: ignore
+    return requirements, tags, utils
 
 
 def _check_release(release: str) -> str:
@@ -152,7 +175,7 @@ def _check_release(release: str) -> str:
 
 def _wheel_fits(path: Path) -> bool:
     """True when a wheel file installs on this interpreter and platform."""
-    _, tags, utils, _ = _packaging()
+    _, tags, utils = _packaging()
     try:
         _, _, _, wheel_tags = utils.parse_wheel_filename(path.name)
     except utils.InvalidWheelFilename:
@@ -180,7 +203,7 @@ def _pip_find_links() -> list[Path]:
 
 def find_cpu_torch(wheelhouse: Path | None = None) -> Path:
     """The newest CPU torch wheel this interpreter can install; TorchUnavailable if none."""
-    _, _, utils, _ = _packaging()
+    _, _, utils = _packaging()
     explicit = os.environ.get("VLLM_FLEET_TORCH_WHEEL")
     if explicit:
         path = Path(explicit)
@@ -241,7 +264,7 @@ def wheel_requirements(wheel: Path) -> tuple[list[str], dict[str, str]]:
     Markers are evaluated for this interpreter, the one the environment is built with;
     extras are not requested, so `extra == ...` requirements drop out.
     """
-    requirements, _, utils, _ = _packaging()
+    requirements, _, utils = _packaging()
     with zipfile.ZipFile(wheel) as zf:
         meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         metadata = zf.read(meta_name).decode()
@@ -273,7 +296,8 @@ def _install_dependencies(root: Path, python: Path, reqs: list[str], constraints
         return
     if offline:
         proc = _run([*local, "--dry-run"], "", env=env, check=False)
-        raise ArgcheckError(f"offline, and the wheelhouse {wheelhouse} lacks dependencies of vllm {release}:\n"
+        raise ArgcheckError(f"offline, and the dependencies of vllm {release} cannot be installed from the "
+                            f"wheelhouse {wheelhouse} alone:\n"
                             + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:]))
     log.info("fetching the dependencies of vllm %s into the wheelhouse", release)
     fetch = [str(python), "-m", "pip", "wheel", "--wheel-dir", str(wheelhouse), "--find-links", str(wheelhouse),
@@ -333,8 +357,8 @@ def prepare(release: str, *, cache_dir: str | os.PathLike | None = None, offline
         build = Path(tempfile.mkdtemp(prefix=f".{release}.build-", dir=root))
         build.chmod(0o755)  # mkdtemp's 0700 would keep other users of a shared cache out
         try:
-            log.info("building the vllm %s parser environment in %s (first run for a release: "
-                     "~2-3 min, ~4-5 GB)", release, final)
+            log.info("building the vllm %s parser environment in %s (once per release: "
+                     "~1.5-2.5 min, ~4 GB)", release, final)
             _build(root, build, release, vllm_wheel, torch_wheel, offline)
             seconds = round(time.monotonic() - started, 1)
             manifest = _manifest(build) or {}
@@ -354,7 +378,7 @@ def prepare(release: str, *, cache_dir: str | os.PathLike | None = None, offline
 
 
 def _build(root: Path, build: Path, release: str, vllm_wheel: Path, torch_wheel: Path, offline: bool) -> None:
-    _, _, utils, _ = _packaging()
+    _, _, utils = _packaging()
     env = _pip_env(root)
     venv = build / "venv"
     # The base interpreter, not a venv's: the environment must not depend on the caller's.
@@ -398,7 +422,7 @@ def run_checker(release: str, argvs: list[list[str]], *, cache_dir: str | os.Pat
     """Parse every argv with `release`'s parser; the checker's whole report.
 
     The report has `vllm_version`, `import_seconds`, `parse_seconds` and `results`
-    (one `{ok, error, warnings}` per argv, in order).
+    (one `{ok, error, warnings, dropped_keys}` per argv, in order; see `check`).
     """
     argvs = [list(a) for a in argvs]
     for argv in argvs:
@@ -425,7 +449,7 @@ def run_checker(release: str, argvs: list[list[str]], *, cache_dir: str | os.Pat
 
 
 def check(release: str, argvs: list[list[str]], **kwargs) -> list[dict]:
-    """One `{ok: bool, error: str | None, warnings: list[str]}` per command line, in order.
+    """One `{ok: bool, error: str | None, warnings: [str], dropped_keys: [str]}` per command line, in order.
 
     Each argv is a full command line as `serve_argv` renders it: argv[0] is the
     executable (dropped, as the shell does), argv[1] the subcommand (`serve`).
@@ -505,7 +529,7 @@ def _pin_cpu_platform() -> str:
     return where
 
 
-def _serve_commands(parser, flexible_cls) -> tuple[dict, str]:
+def _serve_commands(parser) -> tuple[dict, str]:
     """Register vLLM's serve subcommand on `parser` as `vllm`'s main() does.
 
     Returns ({name: (command, its subparser)}, where it came from).
@@ -627,13 +651,13 @@ def _inner_main(input_path: str, output_path: str) -> int:
     started = time.monotonic()
     try:
         flexible_cls, report["parser_class"] = _import_first([
-            ("vllm.utils.argparse_utils", "FlexibleArgumentParser"),  # 0.11.1 and later
-            ("vllm.utils", "FlexibleArgumentParser"),  # 0.10.x, 0.11.0
+            ("vllm.utils.argparse_utils", "FlexibleArgumentParser"),  # from 0.11.2 (checked)
+            ("vllm.utils", "FlexibleArgumentParser"),  # 0.10.x and 0.11.0
         ])
         report["platform"] = _pin_cpu_platform()
         argparse.ArgumentParser.error = _raise_parser_error
         parser = flexible_cls(prog="vllm", description="vLLM CLI")
-        cmds, report["serve_from"] = _serve_commands(parser, flexible_cls)
+        cmds, report["serve_from"] = _serve_commands(parser)
         import vllm
 
         report["vllm_version"] = getattr(vllm, "__version__", "unknown")

@@ -210,6 +210,23 @@ def _ascend_container_image(doc: dict, models: list[dict]) -> list[str]:
     return []
 
 
+def _hub_clients_pinned(doc: dict, models: list[dict]) -> list[str]:
+    """Models fetched from a hub need that hub's client at a version of the matrix."""
+    matrix = doc.get("fleet_matrix") or {}
+    needs = {"modelscope": "modelscope", "huggingface": "huggingface_hub"}
+    problems = []
+    for m in models:
+        key = needs.get((m.get("source") or {}).get("type"))
+        if key and key not in matrix:
+            problems.append(f"model {m['name']}: source type {m['source']['type']} needs fleet_matrix.{key} "
+                            f"(the version of the {key} client nodes download with); accepted: a version string")
+    return sorted(set(problems))
+
+
+for _vendor in ("ascend", "metax", "musa", "nvidia"):
+    VENDOR_RULES.setdefault(_vendor, []).append(_hub_clients_pinned)
+
+
 # ------------------------------------------------------------------ entry point
 
 def host_document(host_vars: dict) -> dict:

@@ -25,15 +25,44 @@ def lab():
 
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    lab_api.up(LAB, vendors=["ascend", "nvidia"], inventory_dir=INVENTORY, log=lambda m: None)
+    # Fresh nodes every session (tests expect nodes that were never provisioned);
+    # VLLM_FLEET_KEEP_LAB=1 keeps the lab after the run for a look at the nodes.
+    lab_api.down(LAB, log=lambda m: None)
+    # Two nodes per vendor: failures on one node must leave its neighbour untouched.
+    lab_api.up(LAB, vendors=["ascend", "nvidia"], nodes_per_vendor=2, inventory_dir=INVENTORY, log=lambda m: None)
     yield lab_api
     if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
         lab_api.down(LAB, log=lambda m: None)
 
 
-def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False) -> subprocess.CompletedProcess:
+OVERRIDES = ROOT / ".cache" / "itest" / "overrides.yml"
+
+
+def write_overrides(host_vars: dict[str, dict]) -> Path:
+    """A second inventory source giving some hosts their own values (host vars beat group vars)."""
+    import yaml
+
+    OVERRIDES.parent.mkdir(parents=True, exist_ok=True)
+    OVERRIDES.write_text(yaml.safe_dump({"all": {"hosts": host_vars}}, sort_keys=False))
+    return OVERRIDES
+
+
+def group_vars(group: str) -> dict:
+    import yaml
+
+    merged: dict = {}
+    for path in sorted((INVENTORY / "group_vars" / group).glob("*.yml")):
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    return merged
+
+
+def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
+                 overrides: Path | None = None) -> subprocess.CompletedProcess:
     """ansible-playbook against the test lab, from the project root like a user would."""
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(INVENTORY)]
+    if overrides:
+        cmd += ["-i", str(overrides)]
+    cmd += [playbook, *args]
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

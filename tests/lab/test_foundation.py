@@ -9,11 +9,11 @@ import time
 from .conftest import LAB, recap, run_playbook
 
 
-def test_site_converges_then_changes_nothing(lab):
-    run_playbook(check=True)
-    second = run_playbook(check=True)
+def test_foundation_converges_then_changes_nothing(lab):
+    run_playbook("-l", "nvidia-nodes", check=True)
+    second = run_playbook("-l", "nvidia-nodes", check=True)
     counts = recap(second.stdout)
-    assert set(counts) == {"ascend-01", "nvidia-01"}
+    assert set(counts) == {"nvidia-01", "nvidia-02"}
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
 
 
@@ -21,7 +21,7 @@ def test_invalid_inventory_stops_before_any_node_is_contacted(lab):
     # A stopped node would show up as UNREACHABLE if anything tried to reach it.
     lab.stop(LAB, "nvidia-01")
     try:
-        proc = run_playbook("-e", '{"fleet_matrix": {"python": 3.11}}')
+        proc = run_playbook("-l", "ascend-01,nvidia-01", "-e", '{"fleet_matrix": {"python": 3.11}}')
     finally:
         lab.start(LAB, "nvidia-01")
     assert proc.returncode != 0
@@ -33,14 +33,15 @@ def test_invalid_inventory_stops_before_any_node_is_contacted(lab):
 
 
 def test_preflight_names_a_count_mismatch(lab):
-    proc = run_playbook("-l", "ascend-nodes", "-e",
-                        '{"fleet_accelerator": {"vendor": "ascend", "model": "910B3", "count": 4}}')
+    # Without models, so that validation (devices 0-7 of a 4-device node) has nothing to object to.
+    proc = run_playbook("-l", "ascend-01", "-e",
+                        '{"fleet_accelerator": {"vendor": "ascend", "model": "910B3", "count": 4}, "fleet_models": []}')
     assert proc.returncode != 0
     assert "ascend-01: fleet_accelerator.count is 4 but the PCI bus shows 8 ascend device(s)" in proc.stdout
 
 
 def test_preflight_names_missing_disk_space(lab):
-    proc = run_playbook("-l", "nvidia-nodes", "-e", '{"fleet_min_free_disk_gb": 100000}')
+    proc = run_playbook("-l", "nvidia-01", "-e", '{"fleet_min_free_disk_gb": 100000}')
     assert proc.returncode != 0
     assert "nvidia-01: /home/models (filesystem /) has" in proc.stdout
     assert "needs 100000.0 GB" in proc.stdout
@@ -49,7 +50,7 @@ def test_preflight_names_missing_disk_space(lab):
 def test_missing_device_node_is_reported(lab):
     lab.run(LAB, "ascend-01", "rm -f /dev/davinci_manager")
     try:
-        facts = run_playbook("-l", "ascend-nodes", playbook="playbooks/report.yml", check=True)
+        facts = run_playbook("-l", "ascend-01", playbook="playbooks/report.yml", check=True)
         assert "8 x ascend 910B3" in facts.stdout
         out = lab.run(LAB, "ascend-01", "python3 - <<'EOF'\nimport os\nprint(os.path.exists('/dev/davinci_manager'))\nEOF")
         assert out.strip() == "False"
@@ -79,5 +80,6 @@ def test_node_reboots_like_a_machine(lab):
 def test_status_lists_the_nodes(lab):
     rows = lab.status(LAB)
     assert [(r["node"], r["vendor"], r["state"]) for r in rows] == [
-        ("ascend-01", "ascend", "running"), ("nvidia-01", "nvidia", "running")]
+        ("ascend-01", "ascend", "running"), ("ascend-02", "ascend", "running"),
+        ("nvidia-01", "nvidia", "running"), ("nvidia-02", "nvidia", "running")]
     assert json.dumps(rows)

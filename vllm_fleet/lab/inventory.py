@@ -49,6 +49,15 @@ def write(inv_dir: Path, paths: LabPaths, nodes: list, manifest: dict) -> None:
     (inv_dir / MARKER).write_text(f"written by `vllm-fleet lab up` for lab {paths.name}; `lab down` removes it\n")
     for tpl in sorted(INVENTORY_TEMPLATES.rglob("*.j2")):
         rel = tpl.relative_to(INVENTORY_TEMPLATES)
+        if rel.parts[0] == "host_vars":
+            # host_vars/node.yml.j2 is rendered once per node, as host_vars/<node>.yml.
+            for node in nodes:
+                text = env.get_template(str(rel)).render(node=node, **ctx)
+                yaml.safe_load(text)
+                out = inv_dir / "host_vars" / f"{node.name}.yml"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(text)
+            continue
         vendor_dir = rel.parts[1] if rel.parts[0] == "group_vars" and len(rel.parts) > 2 else None
         if vendor_dir and vendor_dir.endswith("-nodes") and vendor_dir[:-len("-nodes")] not in ctx["by_vendor"]:
             continue  # no node of that vendor in this lab
