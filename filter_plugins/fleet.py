@@ -68,6 +68,11 @@ def vllm_launch_argv(model, executable, launcher, env_scripts=None, conda=None):
     return render.launch_argv(_plain(model), executable, launcher, _plain(env_scripts), _plain(conda))
 
 
+def vllm_container_argv(model, settings, runtime, env_files, image):
+    return render.container_argv(_plain(model), _plain(settings), runtime=runtime, env_files=_plain(env_files),
+                                 image=image)
+
+
 def systemd_command(argv):
     return render.systemd_command(_plain(argv))
 
@@ -98,6 +103,7 @@ class FilterModule:
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,
+            "vllm_container_argv": vllm_container_argv,
             "systemd_command": systemd_command,
             "shell_command": shell_command,
             "env_file": env_file,

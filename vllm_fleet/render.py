@@ -106,3 +106,43 @@ def env_file(env: dict[str, Any]) -> str:
 def tiktoken_cache_key(url: str) -> str:
     """File name tiktoken and openai-harmony give a cached encoding: sha1 of its URL."""
     return hashlib.sha1(url.encode()).hexdigest()
+
+
+def container_model_path(path: str, host_models_dir: str, container_models_dir: str) -> str:
+    """A model's path inside the container, given where the host's models directory is mounted."""
+    host = host_models_dir.rstrip("/")
+    if path == host or path.startswith(host + "/"):
+        return container_models_dir.rstrip("/") + path[len(host):]
+    return path
+
+
+def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list[str], image: str) -> list[str]:
+    """`<runtime> run ...` of a container-mode unit.
+
+    `settings` (the vendor's, from the play) holds: options (run options such as
+    --ipc=host), device_pattern ("/dev/davinci{index}", one per device of the
+    model), control_devices, volumes ("host:container[:mode]"), models_dir and
+    models_mount (the host's models directory and where it is mounted), and
+    launcher (argv run in the container before vllm serve, e.g. sourcing CANN).
+    The model's port is published on the same port; the environment comes from
+    the same files as in host mode.
+    """
+    name = model["unit"]
+    argv = [runtime, "run", "--rm", "--name", name, *settings.get("options", [])]
+    pattern = settings.get("device_pattern")
+    if pattern:
+        argv += [f"--device={pattern.format(index=i)}" for i in model["devices"]]
+    argv += [f"--device={d}" for d in settings.get("control_devices", [])]
+    for volume in settings.get("volumes", []):
+        argv += ["-v", volume]
+    models_dir, mount = settings.get("models_dir"), settings.get("models_mount")
+    if models_dir and mount:
+        argv += ["-v", f"{models_dir}:{mount}"]
+    for env_file_path in env_files:
+        argv += ["--env-file", env_file_path]
+    argv += ["-p", f"{model['port']}:{model['port']}", image]
+    inner = dict(model)
+    if models_dir and mount:
+        inner["path"] = container_model_path(model["path"], models_dir, mount)
+    argv += [*settings.get("launcher", []), *serve_argv(inner, settings.get("executable", "vllm"))]
+    return argv

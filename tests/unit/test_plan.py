@@ -1,0 +1,162 @@
+"""`playbooks/plan.yml` on the example inventory: the units and files the roles would
+install, rendered by the roles' own templates without contacting any node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.systemd_syntax import exec_start, split_exec
+from vllm_fleet import render
+from vllm_fleet.models import resolve_models
+from tests.conftest import example_hosts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plan(tmp_path: Path, *extra: str) -> Path:
+    out = tmp_path / "plan"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventories/example",
+                           "playbooks/plan.yml", "-e", f"plan_dir={out}", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def host_plan(tmp_path_factory):
+    return plan(tmp_path_factory.mktemp("host"))
+
+
+@pytest.fixture(scope="module")
+def container_plan(tmp_path_factory):
+    return plan(tmp_path_factory.mktemp("container"), "-l", "ascend-nodes", "-e", "fleet_deploy_mode=container")
+
+
+SEED_001_SERVE = [
+    "serve", "/home/models/GPT-OSS", "--served-model-name", "gpt-oss-120b-bf16",
+    "--gpu-memory-utilization", "0.95", "--tensor-parallel-size", "8", "--max-model-len", "16384",
+    "--compilation-config",
+    '{"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1024, 512, 256, 128, 64, 16, 4, 2, 1]}',
+]
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    """--flag value pairs of an argv (flags without a value map to '')."""
+    out, i = {}, 0
+    while i < len(argv):
+        if argv[i].startswith("--"):
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else ""
+            out[argv[i]] = value
+            i += 2 if value else 1
+        else:
+            i += 1
+    return out
+
+
+def test_every_host_gets_its_units_without_contact(host_plan):
+    units = sorted(str(p.relative_to(host_plan)) for p in host_plan.rglob("*.service"))
+    assert units == [
+        "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service",
+        "metax-01/etc/systemd/system/vllm-gpt-oss-20b.service",
+        "metax-01/etc/systemd/system/vllm-qwen3-4b.service",
+        "musa-01/etc/systemd/system/vllm-gptq-qwen3-8b.service",
+        "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service",
+    ]
+
+
+def test_ascend_unit_carries_every_flag_of_seed_001(host_plan):
+    unit = (host_plan / "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service").read_text()
+    argv = exec_start(unit)
+    launcher, serve = argv[: argv.index("--")], argv[argv.index("--") + 1:]
+    assert launcher == ["/opt/vllm-fleet/bin/vllm-fleet-launch",
+                        "--source", "/usr/local/Ascend/ascend-toolkit/set_env.sh",
+                        "--source", "/usr/local/Ascend/nnal/atb/set_env.sh"]
+    assert serve[0] == "/opt/vllm-fleet/venv/bin/vllm"
+    seed = flags(SEED_001_SERVE)
+    got = flags(serve)
+    for flag, value in seed.items():
+        assert got.get(flag) == value, (flag, got.get(flag))
+    assert serve[1:3] == SEED_001_SERVE[:2]
+    assert "User=vllm" in unit and "SupplementaryGroups=HwHiAiUser" in unit
+    assert "Restart=on-failure" in unit
+    assert "EnvironmentFile=/etc/vllm-fleet/vllm-gpt-oss-120b.env" in unit
+
+
+def test_ascend_environment_is_seed_001s(host_plan):
+    env = (host_plan / "ascend-01/etc/vllm-fleet/vllm-gpt-oss-120b.env").read_text().splitlines()
+    for line in ["HCCL_INTRA_ROCE_ENABLE=1", "IGNORE_GRAPH_UPDATE_EXCEPTIONS=0", "VLLM_USE_MODELSCOPE=True",
+                 "PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256", "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+                 "TIKTOKEN_RS_CACHE_DIR=/opt/vllm-fleet/tiktoken", "TIKTOKEN_ENCODINGS_BASE=/opt/vllm-fleet/tiktoken"]:
+        assert line in env
+
+
+def test_unit_command_is_the_one_render_produces(host_plan):
+    """One source of truth: the unit's serve argv is what vllm_fleet.render gives for the model."""
+    host = example_hosts()["ascend-01"]
+    (model,), problems = resolve_models(host["fleet_models"], host["fleet_accelerator"],
+                                        serve_defaults=host["fleet_serve_defaults"], serve_env=host["fleet_serve_env"])
+    assert problems == []
+    unit = (host_plan / "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service").read_text()
+    argv = exec_start(unit)
+    assert argv[argv.index("--") + 1:] == render.serve_argv(model, "/opt/vllm-fleet/venv/bin/vllm")
+    shell = (host_plan / "ascend-01/commands/vllm-gpt-oss-120b.sh").read_text().splitlines()[-1]
+    import shlex
+    assert shlex.split(shell) == render.serve_argv(model, "/opt/vllm-fleet/venv/bin/vllm")
+
+
+def test_container_unit_line_by_line(container_plan):
+    unit = (container_plan / "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service").read_text()
+    lines = unit.splitlines()
+    assert "ExecStartPre=-docker rm -f vllm-gpt-oss-120b" in lines
+    assert "ExecStop=docker stop -t 30 vllm-gpt-oss-120b" in lines
+    assert not any(line.startswith("User=") for line in lines)
+    argv = exec_start(unit)
+    image = "vllm-fleet/vllm-ascend:275de3417065-37d8fecc4437"
+    assert argv[:5] == ["docker", "run", "--rm", "--name", "vllm-gpt-oss-120b"]
+    run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
+    # Seed 001's docker run: -u 0 --ipc=host --privileged, every NPU and control device...
+    assert run[5:9] == ["-u", "0", "--ipc=host", "--privileged"]
+    assert [a for a in run if a.startswith("--device=")] == (
+        [f"--device=/dev/davinci{i}" for i in range(8)]
+        + ["--device=/dev/davinci_manager", "--device=/dev/devmm_svm", "--device=/dev/hisi_hdc"])
+    # ...its mounts, with the models directory at /model...
+    mounts = [run[i + 1] for i, a in enumerate(run) if a == "-v"]
+    assert mounts[:5] == ["/usr/local/dcmi:/usr/local/dcmi", "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi",
+                          "/usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/",
+                          "/usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info",
+                          "/etc/ascend_install.info:/etc/ascend_install.info"]
+    assert "/home/models:/model" in mounts
+    # ...and its environment, from the same file as host mode (never inline, so secrets stay out of the unit).
+    assert run[run.index("--env-file") + 1] == "/etc/vllm-fleet/vllm-gpt-oss-120b.env"
+    assert not any(a == "-e" for a in run)
+    assert run[-2:] == ["-p", "8000:8000"]
+    serve = inside[inside.index("--") + 1:]
+    assert serve[:3] == ["vllm", "serve", "/model/GPT-OSS"]
+    assert flags(serve) == {**flags(SEED_001_SERVE), "--port": "8000"}
+    docker = (container_plan / "ascend-01/etc/vllm-fleet/images/ascend/Dockerfile").read_text()
+    assert "FROM registry.example.internal/quay/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11" in docker
+    assert "checkout 275de34170654274616082721348b7edd9741d32" in docker
+    assert "checkout 37d8fecc443786b7fd5c73be553013136a6bfeba" in docker
+    assert "VLLM_TARGET_DEVICE=empty pip install -e ." in docker
+    assert "pip install torch==2.7.1 torch-npu==2.7.1" in docker
+
+
+def test_secrets_are_masked_in_the_plan(tmp_path):
+    out = plan(tmp_path, "-l", "nvidia-nodes", "-e",
+               '{"fleet_models": [{"name": "m", "kind": "chat", "path": "/home/models/m", '
+               '"secret_env": {"VLLM_API_KEY": "sk-plan-secret-123"}}]}')
+    files = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
+    assert not any("sk-plan-secret-123" in text for text in files.values())
+    secret = out / "nvidia-01/etc/vllm-fleet/vllm-m.secret.env"
+    assert "VLLM_API_KEY=********" in secret.read_text().splitlines()
+    assert "EnvironmentFile=/etc/vllm-fleet/vllm-m.secret.env" in (out / "nvidia-01/etc/systemd/system/vllm-m.service").read_text()
+
+
+def test_systemd_splitter_round_trips_render():
+    argv = ["/bin/x", "plain", 'a "quoted" json', "100%", "$HOME", "back\\slash", "{\"k\": [1, 2]}"]
+    assert split_exec(render.systemd_command(argv)) == argv
