@@ -11,3 +11,21 @@ __version__ = "0.1.0"
 
 #: Root of the vllm-fleet project (the checkout holding site.yml).
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+from vllm_fleet.api import (  # noqa: E402 - PROJECT_DIR above is what the API needs
+    EXIT_FAILED,
+    EXIT_INVALID_INVENTORY,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    HostResult,
+    PlanResult,
+    RunResult,
+    TaskFailure,
+    doctor,
+    plan,
+    provision,
+    verify,
+)
+
+__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "RunResult", "HostResult", "TaskFailure",
+           "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]

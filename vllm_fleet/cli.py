@@ -1,42 +1,220 @@
-"""The `vllm-fleet` command line."""
+"""The `vllm-fleet` command line.
+
+    vllm-fleet provision [-i INVENTORY] [-l GROUP] [--check] [-e VARS] [--secrets FILE] [--json]
+    vllm-fleet plan      [-i INVENTORY] -o DIR [-l GROUP] [--json]
+    vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
+    vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
+    vllm-fleet lab up|down|status|start|stop
+
+Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
+invalid (nothing was changed), 64 wrong usage, 1 anything else.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
-from vllm_fleet import __version__
+import yaml
+
+from vllm_fleet import PROJECT_DIR, __version__
 
 EXIT_OK = 0
+EXIT_ERROR = 1
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 3
 EXIT_INVALID = 4
 EXIT_USAGE = 64
 
+DEFAULT_INVENTORY = "inventories/lab"
 
-def _print_table(rows: list[dict], columns: list[str]) -> None:
-    if not rows:
-        print("(none)")
-        return
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
-    for r in rows:
-        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+# ------------------------------------------------------------------ progress
+
+class Progress:
+    """Live per-host progress on stderr.
+
+    On a terminal, one line per host is redrawn in place (current task, counts); in a
+    log (not a TTY), one line per play, per change, failure and unreachable host.
+    """
+
+    RESULTS = {"runner_on_ok": "ok", "runner_on_failed": "failed", "runner_on_skipped": "skipped",
+               "runner_on_unreachable": "unreachable"}
+
+    def __init__(self, stream=sys.stderr, live: bool | None = None):
+        self.stream = stream
+        self.live = stream.isatty() if live is None else live
+        self.hosts: dict[str, dict] = {}
+        self.drawn = 0
+        self.started = time.monotonic()
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self._line(f"== {data.get('play', '')}")
+            return
+        if kind == "runner_on_start":
+            host = data.get("host", "?")
+            self.hosts.setdefault(host, {"ok": 0, "changed": 0, "failed": 0, "task": ""})["task"] = self._task(data)
+            self._draw()
+            return
+        result = self.RESULTS.get(kind)
+        if not result:
+            return
+        host = data.get("host", "?")
+        state = self.hosts.setdefault(host, {"ok": 0, "changed": 0, "failed": 0, "task": ""})
+        res = data.get("res") or {}
+        if result == "ok" and res.get("changed"):
+            result = "changed"
+        if result in state:
+            state[result] += 1
+        if result in ("changed", "failed", "unreachable"):
+            message = ""
+            if result != "changed":
+                message = ": " + str(res.get("msg") or res.get("stderr") or "").strip().splitlines()[0][:200] \
+                    if (res.get("msg") or res.get("stderr")) else ""
+            self._line(f"   {host:<14} {result:<11} {self._task(data)}{message}")
+        else:
+            self._draw()
+
+    @staticmethod
+    def _task(data: dict) -> str:
+        role = data.get("role")
+        return f"{role} : {data.get('task', '')}" if role else data.get("task", "")
+
+    def _clear(self) -> None:
+        if self.live and self.drawn:
+            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
+            self.drawn = 0
+
+    def _line(self, text: str) -> None:
+        self._clear()
+        self.stream.write(text + "\n")
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.live:
+            return
+        self._clear()
+        elapsed = time.monotonic() - self.started
+        for host, s in sorted(self.hosts.items()):
+            self.stream.write(f"   {host:<14} ok {s['ok']:>3}  changed {s['changed']:>3}  failed {s['failed']:>2}  "
+                              f"[{elapsed:5.0f} s] {s['task'][:70]}\n")
+        self.drawn = len(self.hosts)
+        self.stream.flush()
+
+    def close(self) -> None:
+        self._clear()
+        self.stream.flush()
+
+
+# ------------------------------------------------------------------ helpers
+
+def parse_extravars(items: list[str]) -> dict:
+    """-e like ansible-playbook's: KEY=VALUE, a JSON/YAML mapping, or @FILE."""
+    merged: dict = {}
+    for item in items or []:
+        if item.startswith("@"):
+            data = yaml.safe_load(Path(item[1:]).read_text())
+        elif item.lstrip().startswith("{"):
+            data = yaml.safe_load(item)
+        else:
+            data = {}
+            for pair in item.split():
+                if "=" not in pair:
+                    raise ValueError(f"-e {item!r}: expected KEY=VALUE, a JSON mapping or @FILE")
+                key, value = pair.split("=", 1)
+                data[key] = value
+        if not isinstance(data, dict):
+            raise ValueError(f"-e {item!r} is not a mapping")
+        merged.update(data)
+    return merged
+
+
+def load_secrets(path: str | None) -> dict | None:
+    if not path:
+        return None
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"--secrets {path}: expected a YAML mapping of variables")
+    return data
+
+
+def _inventory(path: str) -> str:
+    p = Path(path)
+    if p.exists():
+        return str(p.resolve())
+    if (PROJECT_DIR / p).exists():
+        return str((PROJECT_DIR / p).resolve())
+    raise FileNotFoundError(f"inventory {path} does not exist" + (
+        " (boot the lab first: vllm-fleet lab up)" if path == DEFAULT_INVENTORY else ""))
+
+
+# ------------------------------------------------------------------ commands
+
+def cmd_run(args) -> int:
+    from vllm_fleet import api
+
+    inventory = _inventory(args.inventory)
+    extravars = parse_extravars(args.extra_vars)
+    secrets = load_secrets(args.secrets)
+    progress = None if args.quiet else Progress()
+    kwargs = dict(limit=args.limit, extravars=extravars, secrets=secrets, event_handler=progress)
+    if args.private_data_dir:
+        kwargs["private_data_dir"] = args.private_data_dir
+    try:
+        if args.command == "provision":
+            result = api.provision(inventory, check=args.check, **kwargs)
+        elif args.command == "doctor":
+            result = api.doctor(inventory, **kwargs)
+        else:
+            result = api.verify(inventory, **kwargs)
+    finally:
+        if progress:
+            progress.close()
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result)
+    return result.exit_code
+
+
+def cmd_plan(args) -> int:
+    from vllm_fleet import api
+
+    inventory = _inventory(args.inventory)
+    progress = None if args.quiet else Progress()
+    try:
+        result = api.plan(inventory, args.out, limit=args.limit, extravars=parse_extravars(args.extra_vars),
+                          secrets=load_secrets(args.secrets), event_handler=progress)
+    finally:
+        if progress:
+            progress.close()
+    if args.json:
+        print(json.dumps({"out_dir": result.out_dir, "files": result.files, "commands": result.commands,
+                          "run": result.run.to_dict()}, indent=2))
+    else:
+        print(result)
+    return result.run.exit_code
 
 
 def cmd_lab(args) -> int:
     from vllm_fleet import lab
 
+    log = (lambda m: None) if args.json else (lambda m: print(f"==> {m}", file=sys.stderr))
     try:
         if args.lab_command == "up":
             vendors = args.vendors.split(",") if args.vendors else list(lab.VENDORS)
             inv = Path(args.inventory) if args.inventory else None
             rows = lab.up(args.name, vendors=vendors, nodes_per_vendor=args.nodes, port_base=args.port_base,
-                          inventory_dir=inv, log=lambda m: print(f"==> {m}", file=sys.stderr))
+                          inventory_dir=inv, log=log)
         elif args.lab_command == "down":
-            lab.down(args.name, purge=args.purge, log=lambda m: print(f"==> {m}", file=sys.stderr))
+            lab.down(args.name, purge=args.purge, log=log)
             return EXIT_OK
         elif args.lab_command == "stop":
             lab.stop(args.name, args.node)
@@ -48,7 +226,7 @@ def cmd_lab(args) -> int:
             rows = lab.status(args.name)
     except (lab.LabError, RuntimeError, ValueError) as exc:
         print(f"vllm-fleet lab {args.lab_command}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_ERROR
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -56,10 +234,47 @@ def cmd_lab(args) -> int:
     return EXIT_OK
 
 
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    if not rows:
+        print("(no nodes)")
+        return
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-fleet", description="Provision vLLM inference nodes with Ansible.")
+    parser = argparse.ArgumentParser(prog="vllm-fleet", description="Provision vLLM inference nodes with Ansible.",
+                                     epilog="Exit codes: 0 ok, 2 failed host, 3 unreachable host, 4 invalid inventory.")
     parser.add_argument("--version", action="version", version=f"vllm-fleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def run_options(p, check: bool = False):
+        p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"inventory (default: {DEFAULT_INVENTORY})")
+        p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
+        p.add_argument("-e", "--extra-vars", action="append", default=[],
+                       help="extra variables: KEY=VALUE, a JSON mapping or @FILE (repeatable)")
+        p.add_argument("--secrets", help="YAML file of secret variables (hub tokens, API keys); masked everywhere")
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+        if check:
+            p.add_argument("--check", action="store_true", help="show what would change, change nothing")
+
+    p = sub.add_parser("provision", help="provision the nodes (site.yml)")
+    run_options(p, check=True)
+    p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
+    p.set_defaults(func=cmd_run)
+    for name, help_text in (("doctor", "compare installed versions with the matrix"),
+                            ("verify", "check that every served model answers")):
+        p = sub.add_parser(name, help=help_text)
+        run_options(p)
+        p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
+        p.set_defaults(func=cmd_run)
+    p = sub.add_parser("plan", help="write every host's files and command lines, contacting no node")
+    run_options(p)
+    p.add_argument("-o", "--out", required=True, help="directory to write the plan into")
+    p.set_defaults(func=cmd_plan)
 
     p_lab = sub.add_parser("lab", help="the local lab of systemd-nspawn nodes with simulated accelerators")
     lab_sub = p_lab.add_subparsers(dest="lab_command", required=True)
@@ -72,8 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_down.add_argument("--purge", action="store_true", help="also remove the build cache (rootfs, downloads)")
     lab_sub.add_parser("status", help="list the lab's nodes")
     for verb in ("stop", "start"):
-        p = lab_sub.add_parser(verb, help=f"{verb} one node")
-        p.add_argument("node")
+        lab_sub.add_parser(verb, help=f"{verb} one node").add_argument("node")
     for p in lab_sub.choices.values():
         p.add_argument("--name", default="lab", help="lab name (default: lab)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -83,8 +297,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code not in (0, None) else EXIT_OK
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError, yaml.YAMLError) as exc:
+        print(f"vllm-fleet {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

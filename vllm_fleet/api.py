@@ -1,0 +1,403 @@
+"""The Python API: run vllm-fleet's playbooks through ansible-runner.
+
+    import vllm_fleet
+    result = vllm_fleet.provision("inventories/lab", limit="ascend-nodes")
+    print(result)                      # per-host table
+    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory
+    result.hosts["ascend-01"].changed  # counts per host
+    result.failures                    # each failed task with its host and message
+    result.artifacts_dir               # ansible-runner's artifacts of the run
+
+Every call takes the inventory (a path), an optional limit, extra variables, and an
+optional `event_handler` called with each ansible-runner event (already scrubbed of
+secrets). Secrets (hub tokens, API keys) go in `secrets`: they reach Ansible through a
+0600 file outside the runner's directories and are removed afterwards, every event is
+scrubbed of their values before it is handed to the handler or written, and the
+artifacts directory is scrubbed again after the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from vllm_fleet import PROJECT_DIR
+
+EXIT_OK = 0
+EXIT_FAILED = 2
+EXIT_UNREACHABLE = 3
+EXIT_INVALID_INVENTORY = 4
+MASK = "********"
+
+EventHandler = Callable[[dict], Any]
+
+
+@dataclass
+class TaskFailure:
+    """A task that failed (or found its host unreachable)."""
+
+    host: str
+    task: str
+    message: str
+    role: str | None = None
+    unreachable: bool = False
+
+
+@dataclass
+class HostResult:
+    """What one host went through, from the play recap."""
+
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "changed" if self.changed else "ok"
+
+
+@dataclass
+class RunResult:
+    """The outcome of one playbook run."""
+
+    playbook: str
+    inventory: str
+    limit: str | None
+    check: bool
+    status: str
+    rc: int
+    hosts: dict[str, HostResult] = field(default_factory=dict)
+    failures: list[TaskFailure] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    started: float = 0.0
+    duration: float = 0.0
+    artifacts_dir: str = ""
+    task_durations: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def invalid_inventory(self) -> bool:
+        return bool(self.problems)
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, r in self.hosts.items() if r.failed and not r.unreachable)
+
+    @property
+    def unreachable_hosts(self) -> list[str]:
+        return sorted(h for h, r in self.hosts.items() if r.unreachable)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.failures and not self.problems
+
+    @property
+    def exit_code(self) -> int:
+        """0 success; 4 the inventory is invalid; 3 a host was unreachable; 2 a host failed."""
+        if self.problems:
+            return EXIT_INVALID_INVENTORY
+        if self.unreachable_hosts:
+            return EXIT_UNREACHABLE
+        if self.failed_hosts or self.rc != 0:
+            return EXIT_FAILED
+        return EXIT_OK
+
+    def to_dict(self) -> dict:
+        return {
+            "playbook": self.playbook, "inventory": self.inventory, "limit": self.limit, "check": self.check,
+            "status": self.status, "rc": self.rc, "exit_code": self.exit_code, "ok": self.ok,
+            "duration_s": round(self.duration, 1), "artifacts_dir": self.artifacts_dir,
+            "hosts": {h: {**r.__dict__, "status": r.status} for h, r in sorted(self.hosts.items())},
+            "failures": [f.__dict__ for f in self.failures],
+            "invalid_inventory": self.invalid_inventory, "problems": self.problems,
+            "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
+        }
+
+    def __str__(self) -> str:
+        lines = [f"{self.playbook} on {self.inventory}" + (f" (limit {self.limit})" if self.limit else "")
+                 + (" [check mode]" if self.check else "") + f": {self.status} in {self.duration:.0f} s"]
+        if self.problems:
+            lines.append("The inventory is invalid; nothing was changed:")
+            lines += [f"  - {p}" for p in self.problems]
+        if self.hosts:
+            width = max(len("HOST"), *(len(h) for h in self.hosts))
+            lines.append(f"{'HOST'.ljust(width)}  {'STATUS':<11} {'OK':>4} {'CHANGED':>7} {'FAILED':>6} "
+                         f"{'UNREACHABLE':>11} {'SKIPPED':>7}")
+            for host, r in sorted(self.hosts.items()):
+                lines.append(f"{host.ljust(width)}  {r.status:<11} {r.ok:>4} {r.changed:>7} {r.failed:>6} "
+                             f"{r.unreachable:>11} {r.skipped:>7}")
+        for f in self.failures:
+            if self.problems and f.role == "validate_inventory":
+                continue
+            what = "unreachable" if f.unreachable else "failed"
+            lines.append(f"{f.host}: {what} at '{f.task}': {f.message}")
+        lines.append(f"artifacts: {self.artifacts_dir}")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ secrets
+
+def _secret_values(secrets: dict | None) -> list[str]:
+    """Every string inside `secrets`, longest first (so a secret containing another is masked whole)."""
+    found: list[str] = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif value is not None and str(value) and len(str(value)) >= 4:
+            found.append(str(value))
+
+    walk(secrets or {})
+    return sorted(set(found), key=len, reverse=True)
+
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
+
+
+def _environment_secrets() -> list[str]:
+    return [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 4]
+
+
+def scrub(value: Any, secrets: Iterable[str]) -> Any:
+    """`value` with every occurrence of a secret replaced by the mask (deeply, in place for containers)."""
+    secrets = list(secrets)
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, MASK)
+        return value
+    if isinstance(value, dict):
+        for k in list(value):
+            value[k] = scrub(value[k], secrets)
+        return value
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            value[i] = scrub(v, secrets)
+        return value
+    return value
+
+
+def scrub_tree(root: Path, secrets: Iterable[str]) -> None:
+    """Mask secrets in every file under root (defence in depth behind no_log and event scrubbing)."""
+    secrets = [s.encode() for s in secrets]
+    if not secrets:
+        return
+    for path in root.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        cleaned = data
+        for s in secrets:
+            cleaned = cleaned.replace(s, MASK.encode())
+        if cleaned != data:
+            path.write_bytes(cleaned)
+
+
+# ------------------------------------------------------------------ events -> result
+
+class _Collector:
+    """Turns ansible-runner events into a RunResult as they arrive."""
+
+    def __init__(self, secrets: list[str], handler: EventHandler | None):
+        self.secrets = secrets
+        self.handler = handler
+        self.failures: list[TaskFailure] = []
+        self.stats: dict[str, dict] = {}
+        self.problems: list[str] = []
+        self.task_durations: dict[str, float] = {}
+
+    def __call__(self, event: dict) -> bool:
+        scrub(event, self.secrets)
+        self.consume(event)
+        if self.handler is not None:
+            self.handler(event)
+        return True  # keep the (scrubbed) event in the artifacts
+
+    def consume(self, event: dict) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            res = data.get("res") or {}
+            message = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
+            role = data.get("role")
+            task = data.get("task") or ""
+            self.failures.append(TaskFailure(host=data.get("host", "?"), task=task, role=role, message=message,
+                                             unreachable=kind == "runner_on_unreachable"))
+            if role == "validate_inventory" and "The inventory is invalid" in message:
+                self.problems = [line.strip()[2:] for line in message.splitlines()[1:] if line.strip().startswith("- ")]
+        elif kind == "runner_on_ok" or kind == "runner_on_failed":
+            duration = data.get("duration")
+            if isinstance(duration, (int, float)):
+                key = f"{data.get('role') + ' : ' if data.get('role') else ''}{data.get('task', '')}"
+                self.task_durations[key] = self.task_durations.get(key, 0.0) + duration
+        elif kind == "playbook_on_stats":
+            for name, key in (("ok", "ok"), ("changed", "changed"), ("failed", "failures"), ("unreachable", "dark"),
+                              ("skipped", "skipped"), ("rescued", "rescued"), ("ignored", "ignored")):
+                for host, count in (data.get(key) or {}).items():
+                    self.stats.setdefault(host, {})[name] = count
+            for host in data.get("processed") or {}:
+                self.stats.setdefault(host, {})
+
+    def hosts(self) -> dict[str, HostResult]:
+        return {h: HostResult(host=h, **counts) for h, counts in self.stats.items()}
+
+    def final_failures(self) -> list[TaskFailure]:
+        """The failures that stopped a host. Failed tasks a block rescued (a mirror that
+        did not answer before the next one did) leave no trace in the recap, so per host
+        only the last `failed + unreachable` failures of the recap's count are kept."""
+        if not self.stats:
+            return list(self.failures)
+        kept: list[TaskFailure] = []
+        for host in sorted({f.host for f in self.failures}):
+            counts = self.stats.get(host, {})
+            n = counts.get("failed", 0) + counts.get("unreachable", 0)
+            if n:
+                kept += [f for f in self.failures if f.host == host][-n:]
+        return kept
+
+
+def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory: str = "", limit: str | None = None,
+                       check: bool = False, status: str = "", rc: int = 0, artifacts_dir: str = "") -> RunResult:
+    """Build a RunResult from recorded ansible-runner events (job_events/*.json)."""
+    collector = _Collector([], None)
+    for event in events:
+        collector.consume(event)
+    return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
+                     hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
+                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations)
+
+
+# ------------------------------------------------------------------ running
+
+def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | None = None,
+                 extravars: dict | None = None, secrets: dict | None = None, check: bool = False,
+                 event_handler: EventHandler | None = None, private_data_dir: str | os.PathLike | None = None,
+                 verbosity: int = 0, quiet: bool = True) -> RunResult:
+    """Run one of the project's playbooks (path relative to the project) through ansible-runner."""
+    import ansible_runner
+
+    inventory_path = Path(inventory)
+    if not inventory_path.is_absolute():
+        inventory_path = (Path.cwd() / inventory_path) if (Path.cwd() / inventory_path).exists() else PROJECT_DIR / inventory_path
+    if not inventory_path.exists():
+        raise FileNotFoundError(f"inventory {inventory} does not exist")
+    pdd = Path(private_data_dir) if private_data_dir else Path(tempfile.mkdtemp(prefix="vllm-fleet-run-"))
+    pdd.mkdir(parents=True, exist_ok=True)
+    secret_values = _secret_values(secrets)
+    cmdline = ["--check"] if check else []
+    secret_dir = None
+    if secrets:
+        # Outside the runner's directories, readable by us only, gone after the run.
+        secret_dir = Path(tempfile.mkdtemp(prefix="vllm-fleet-secrets-"))
+        secret_file = secret_dir / "secrets.json"
+        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(secrets, fh)
+        cmdline += ["-e", f"@{secret_file}"]
+    # ansible-runner records its environment in the artifacts ("command"): values of
+    # variables named like secrets are masked there too.
+    secret_values = sorted(set(secret_values) | set(_environment_secrets()), key=len, reverse=True)
+    collector = _Collector(secret_values, event_handler)
+    # The ansible-playbook next to this Python (the project's venv), activated or not.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    started = time.time()
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(pdd),
+            project_dir=str(PROJECT_DIR),
+            playbook=playbook,
+            inventory=str(inventory_path),
+            limit=limit,
+            extravars=extravars or {},
+            cmdline=" ".join(cmdline) if cmdline else None,
+            envvars={"ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "PATH": path,
+                     "ANSIBLE_DEPRECATION_WARNINGS": "0"},
+            event_handler=collector,
+            suppress_env_files=True,
+            quiet=quiet,
+            verbosity=verbosity,
+        )
+    finally:
+        if secret_dir:
+            shutil.rmtree(secret_dir, ignore_errors=True)
+    artifacts = Path(runner.config.artifact_dir)
+    scrub_tree(artifacts, secret_values)
+    return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=runner.status,
+                     rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
+                     started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
+                     task_durations=collector.task_durations)
+
+
+def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> RunResult:
+    """Provision the inventory's nodes with site.yml (all stages, or `limit`)."""
+    return run_playbook("site.yml", inventory, limit=limit, extravars=extravars, check=check, **kwargs)
+
+
+def doctor(inventory, limit=None, extravars=None, **kwargs) -> RunResult:
+    """Compare each node's installed versions with the matrix (reads only)."""
+    return run_playbook("playbooks/doctor.yml", inventory, limit=limit, extravars=extravars, **kwargs)
+
+
+def verify(inventory, limit=None, extravars=None, **kwargs) -> RunResult:
+    """Check that every served model's unit is active and answers its smoke request (reads only)."""
+    return run_playbook("playbooks/verify.yml", inventory, limit=limit, extravars=extravars, **kwargs)
+
+
+@dataclass
+class PlanResult:
+    run: RunResult
+    out_dir: str
+    files: dict[str, list[str]]
+    commands: dict[str, dict[str, str]]
+
+    @property
+    def ok(self) -> bool:
+        return self.run.ok
+
+    def __str__(self) -> str:
+        lines = [f"plan of {self.run.inventory} in {self.out_dir}"]
+        for host in sorted(self.files):
+            lines.append(f"{host}: {len(self.files[host])} file(s)")
+            for unit, command in sorted(self.commands.get(host, {}).items()):
+                lines.append(f"  {unit}: {command}")
+        if not self.run.ok:
+            lines.append(str(self.run))
+        return "\n".join(lines)
+
+
+def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs) -> PlanResult:
+    """Write every host's files (units, environment files, launcher, Dockerfile) and command lines into
+    `out_dir/<host>/...` without contacting any node."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    run = run_playbook("playbooks/plan.yml", inventory, limit=limit,
+                       extravars={**(extravars or {}), "plan_dir": str(out)}, secrets=secrets, **kwargs)
+    scrub_tree(out, _secret_values(secrets))
+    files: dict[str, list[str]] = {}
+    commands: dict[str, dict[str, str]] = {}
+    for host_dir in sorted(p for p in out.iterdir() if p.is_dir()):
+        files[host_dir.name] = sorted(str(p.relative_to(host_dir)) for p in host_dir.rglob("*") if p.is_file())
+        for cmd in sorted((host_dir / "commands").glob("*.sh")):
+            commands.setdefault(host_dir.name, {})[cmd.stem] = cmd.read_text().strip().splitlines()[-1]
+    return PlanResult(run=run, out_dir=str(out), files=files, commands=commands)
