@@ -79,6 +79,17 @@ options:
       - A missing file reads as "not installed".
     type: dict
     default: {}
+  overlays:
+    description:
+      - Vendor overlays applied by the C(fleet_overlay) module (MetaX's patched C(vllm/) and
+        triton C(code_generator.py)), as C(component) mapped to a dict with C(manifest) (the
+        overlay's C(manifest.json)) and C(sha256) (the artifact the matrix pins); both are
+        required.
+      - An overlay matches when its manifest records that sha256 and every file it wrote
+        still holds what it wrote (each is hashed), so a package reinstall that silently
+        replaced a patched file is reported.
+    type: dict
+    default: {}
   python_version:
     description:
       - Expected version of O(python), compared on dotted parts as a prefix;
@@ -97,7 +108,7 @@ attributes:
   diff_mode:
     support: none
 notes:
-  - At least one of O(packages), O(git), O(files) or O(python_version) must be given.
+  - At least one of O(packages), O(git), O(files), O(overlays) or O(python_version) must be given.
   - O(python) runs with the environment of the task, so set C(environment) (for example
     C(PYTHONPATH)) as the vLLM service has it when that changes what is importable.
   - Git refuses to read a checkout owned by another user (C(safe.directory)); the module
@@ -154,6 +165,23 @@ EXAMPLES = r"""
         key: Ascend-cann-atb
         expected: "{{ fleet_matrix['cann_nnal']['version'] }}"
 
+- name: Check a MetaX node - MACA, the packages and MetaX's overlays
+  fleet_versions:
+    python: /opt/vllm-fleet/venv/bin/python
+    packages:
+      vllm: "{{ fleet_matrix['vllm']['version'] }}"
+      torch: "{{ fleet_matrix['torch'] }}"
+      triton: "{{ fleet_matrix['triton'] }}"
+    files:
+      maca_sdk:
+        path: /opt/maca/Version.txt
+        key: Version
+        expected: "{{ fleet_matrix['maca_sdk']['version'] }}"
+    overlays:
+      vllm:
+        manifest: /opt/vllm-fleet/overlays/vllm/manifest.json
+        sha256: "{{ fleet_matrix['vllm_overlays'][0]['sha256'] }}"
+
 - name: Report without failing, then show what differs
   fleet_versions:
     packages:
@@ -171,7 +199,7 @@ RETURN = r"""
 versions:
   description:
     - One row per component, in this order - O(files), O(python_version), O(packages),
-      O(git) (the stack from the bottom up), each in the order given.
+      O(git), O(overlays) (the stack from the bottom up), each in the order given.
   returned: when the options are valid, also when the module fails for mismatches
   type: list
   elements: dict
@@ -183,7 +211,7 @@ versions:
     kind:
       description: Which option the row comes from.
       type: str
-      choices: [file, python, package, git]
+      choices: [file, python, package, git, overlay]
       sample: package
     expected:
       description: The expected version or commit; V(null) for "any version".
@@ -227,10 +255,13 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_fleet_overlay import OverlayError
+from ansible.module_utils.vllm_fleet_overlay import inspect as inspect_overlay
 from ansible.module_utils.vllm_fleet_versions import (
     PROBE,
     canonical_name,
     check_file,
+    check_overlay,
     check_git,
     check_package,
     check_python,
@@ -360,6 +391,14 @@ def check(module):
                 found = read_checkout(module, found['checkout'])
         results.append(check_git(component, spec['commit'], found))
 
+    for component, spec in params['overlays'].items():
+        manifest = os.path.expanduser(spec['manifest'])
+        try:
+            found = dict(inspect_overlay(manifest), manifest=manifest)
+        except (OverlayError, OSError) as exc:
+            found = {'error': str(exc), 'manifest': manifest}
+        results.append(check_overlay(component, spec['sha256'], found))
+
     versions = [entry for entry, _mismatch in results]
     mismatches = [mismatch for _entry, mismatch in results if mismatch]
     return versions, mismatches
@@ -372,6 +411,7 @@ ARGUMENT_SPEC = dict(
     packages=dict(type='dict', default={}),
     git=dict(type='dict', default={}),
     files=dict(type='dict', default={}),
+    overlays=dict(type='dict', default={}),
     python_version=dict(type='str'),
     fail_on_mismatch=dict(type='bool', default=True),
 )
@@ -380,11 +420,11 @@ ARGUMENT_SPEC = dict(
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    if not (params['packages'] or params['git'] or params['files']
+    if not (params['packages'] or params['git'] or params['files'] or params['overlays']
             or params['python_version'] is not None):
-        module.fail_json(msg='nothing to check: give packages, git, files or python_version')
+        module.fail_json(msg='nothing to check: give packages, git, files, overlays or python_version')
     errors = validate_options(params['packages'], params['git'], params['files'],
-                              params['python_version'])
+                              params['python_version'], params['overlays'])
     if errors:
         module.fail_json(msg='invalid options:\n' + '\n'.join(errors))
 

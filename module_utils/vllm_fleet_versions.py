@@ -288,6 +288,8 @@ _COMMIT_RE = re.compile(r'^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$')
 _PYTHON_VERSION_RE = re.compile(r'^[0-9]+(?:\.[0-9]+){0,2}$')
 GIT_KEYS = {'commit': True, 'path': False}
 FILE_KEYS = {'path': True, 'key': True, 'expected': True}
+OVERLAY_KEYS = {'manifest': True, 'sha256': True}
+_SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
 
 
 def _check_keys(option, component, value, keys, errors):
@@ -305,9 +307,16 @@ def _check_keys(option, component, value, keys, errors):
     return True
 
 
-def validate_options(packages, git, files, python_version):
+def validate_options(packages, git, files, python_version, overlays=None):
     """Every problem with the options, as sentences naming the option, value and rule."""
     errors = []
+    for component, spec in (overlays or {}).items():
+        if not _check_keys('overlays', component, spec, OVERLAY_KEYS, errors):
+            continue
+        if 'sha256' in spec and not (isinstance(spec['sha256'], str) and _SHA256_RE.match(spec['sha256'])):
+            errors.append('overlays.%s.sha256: %r is not 64 lowercase hex digits' % (component, spec['sha256']))
+        if 'manifest' in spec and not (isinstance(spec['manifest'], str) and spec['manifest'].startswith(('/', '~'))):
+            errors.append('overlays.%s.manifest must be an absolute path, got %r' % (component, spec['manifest']))
     seen = {}
     for name, expected in packages.items():
         if expected is not None and not isinstance(expected, str):
@@ -513,3 +522,39 @@ def commit_from_install(component, probe):
     return {'error': 'no path given and the installed %s %s (in %s) is neither an editable '
                      'install nor names its commit' % (entry['name'], entry['version'],
                                                        entry['location'])}
+
+
+# ---------------------------------------------------------------------------
+# Vendor overlays (module_utils/vllm_fleet_overlay.py)
+# ---------------------------------------------------------------------------
+def check_overlay(component, expected, found):
+    """Compare one applied overlay with the matrix's sha256.
+
+    ``found`` is what ``vllm_fleet_overlay.inspect`` returns for its manifest, or
+    ``{'error': sentence, 'manifest': path}`` when the manifest could not be read. The
+    overlay matches when its manifest records the expected artifact and every file it
+    wrote still holds what it wrote.
+    """
+    if 'error' in found:
+        return (row(component, 'overlay', expected, None, False, found['error']),
+                '%s overlay: expected sha256 %s, %s' % (component, expected, found['error']))
+    if not found['applied']:
+        detail = 'not applied (no %s)' % found['manifest']
+        return (row(component, 'overlay', expected, None, False, detail),
+                '%s overlay: expected sha256 %s, %s' % (component, expected, detail))
+    installed = found['sha256']
+    detail = '%d file(s) of %s in %s, version %s' % (found['files'], found['target'], found['root'],
+                                                     found.get('version') or 'unknown')
+    problems = []
+    if installed != expected:
+        problems.append('applied sha256 %s' % installed)
+    for key, what in (('differing', 'changed'), ('missing', 'missing')):
+        paths = found.get(key) or []
+        if paths:
+            shown = ', '.join(paths[:5]) + (' and %d more' % (len(paths) - 5) if len(paths) > 5 else '')
+            problems.append('%d file(s) %s since it was applied: %s' % (len(paths), what, shown))
+    if not problems:
+        return row(component, 'overlay', expected, installed, True, detail), None
+    detail += '; ' + '; '.join(problems)
+    return (row(component, 'overlay', expected, installed, False, detail),
+            '%s overlay: expected sha256 %s, %s' % (component, expected, '; '.join(problems)))

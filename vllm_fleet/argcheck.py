@@ -20,9 +20,19 @@ for the others), not by our own tables. This module asks that parser, offline:
   (deprecations, duplicates), `dropped_keys` the keys of a JSON flag that the release's
   config class does not have and drops without an error (see `_dropped_keys`).
 
+Vendor forks add keys of their own to ``--compilation-config`` (Moore Threads' AIModule:
+``simple_cuda_graph``, MUSA Graph), which the pristine release they are based on rejects.
+The inventory declares them (``fleet_matrix.vllm.fork_compilation_keys``); `check` takes
+them as ``fork_compilation_keys``, removes exactly those keys from each line before the
+release's parser sees it (`strip_fork_keys`) and reports them per line as
+``unchecked_fork_keys`` (``--compilation-config.simple_cuda_graph``): extensions the
+parser did not judge. Every other key, and every other flag, is still the parser's to
+accept or reject.
+
 Command line::
 
     python -m vllm_fleet.argcheck --release 0.11.2 --json argvs.json   # [["vllm", "serve", ...], ...]
+    python -m vllm_fleet.argcheck --release 0.16.0 --fork-compilation-key simple_cuda_graph --json argvs.json
     python -m vllm_fleet.argcheck --release 0.16.0 --prepare-only
 
 It prints the results as JSON and exits 0 when every line is accepted, 1 when one is
@@ -417,6 +427,44 @@ def _build(root: Path, build: Path, release: str, vllm_wheel: Path, torch_wheel:
     }, indent=2) + "\n")
 
 
+#: Spellings of --compilation-config (vLLM folds "_" to "-"; -O up to 0.11, -cc from 0.12).
+COMPILATION_CONFIG_FLAGS = ("--compilation-config", "--compilation_config", "-cc", "-O")
+
+
+def strip_fork_keys(argv: list[str], fork_keys) -> tuple[list[str], list[str]]:
+    """``argv`` without the fork's own --compilation-config keys, and the keys taken out.
+
+    Only top-level keys named in ``fork_keys`` go, from a JSON object given as
+    ``--compilation-config VALUE`` or ``--compilation-config=VALUE`` (any spelling of the
+    flag); the rest of the object is passed on as JSON. A value that is not a JSON object
+    (a level such as ``-O3``, malformed JSON) is left for the parser to judge. The keys
+    are reported as ``--compilation-config.<key>``.
+    """
+    keys = set(fork_keys or ())
+    if not keys:
+        return list(argv), []
+    out, stripped = [], []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token.partition("=")
+        if name in COMPILATION_CONFIG_FLAGS and (eq or i + 1 < len(argv)):
+            raw = value if eq else argv[i + 1]
+            try:
+                config = json.loads(raw)
+            except ValueError:
+                config = None
+            if isinstance(config, dict) and keys & set(config):
+                stripped += [f"--compilation-config.{k}" for k in config if k in keys]
+                raw = json.dumps({k: v for k, v in config.items() if k not in keys}, separators=(", ", ": "))
+            out += [f"{name}={raw}"] if eq else [name, raw]
+            i += 1 if eq else 2
+            continue
+        out.append(token)
+        i += 1
+    return out, stripped
+
+
 def run_checker(release: str, argvs: list[list[str]], *, cache_dir: str | os.PathLike | None = None,
                 offline: bool | None = None, timeout: float = 900) -> dict:
     """Parse every argv with `release`'s parser; the checker's whole report.
@@ -448,13 +496,21 @@ def run_checker(release: str, argvs: list[list[str]], *, cache_dir: str | os.Pat
     return report
 
 
-def check(release: str, argvs: list[list[str]], **kwargs) -> list[dict]:
-    """One `{ok: bool, error: str | None, warnings: [str], dropped_keys: [str]}` per command line, in order.
+def check(release: str, argvs: list[list[str]], *, fork_compilation_keys=(), **kwargs) -> list[dict]:
+    """One `{ok, error, warnings, dropped_keys, unchecked_fork_keys}` per command line, in order.
 
     Each argv is a full command line as `serve_argv` renders it: argv[0] is the
     executable (dropped, as the shell does), argv[1] the subcommand (`serve`).
+    ``fork_compilation_keys`` are the vendor fork's own --compilation-config keys: taken
+    out before parsing (`strip_fork_keys`) and listed in ``unchecked_fork_keys``.
     """
-    return run_checker(release, argvs, **kwargs)["results"]
+    stripped = [strip_fork_keys(list(argv), fork_compilation_keys) for argv in argvs]
+    results = run_checker(release, [argv for argv, _ in stripped], **kwargs)["results"]
+    for result, (_argv, keys) in zip(results, stripped):
+        result["unchecked_fork_keys"] = keys
+        result["warnings"] = result.get("warnings", []) + [
+            f"{key} is the vendor fork's extension; vLLM {release}'s parser did not check it" for key in keys]
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -464,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare-only", action="store_true", help="build the release's environment and stop")
     parser.add_argument("--offline", action="store_true", default=None, help="never use the network")
     parser.add_argument("--cache-dir", help="instead of $VLLM_FLEET_CACHE or " + DEFAULT_CACHE)
+    parser.add_argument("--fork-compilation-key", action="append", default=[], metavar="KEY",
+                        help="a --compilation-config key of the vendor's fork, left out of the check (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="argcheck: %(message)s", stream=sys.stderr)
     try:
@@ -476,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         argvs = json.loads(text)
         if not isinstance(argvs, list):
             parser.error("--json: the file must hold a JSON list of argv lists")
-        results = check(args.release, argvs, cache_dir=args.cache_dir, offline=args.offline)
+        results = check(args.release, argvs, cache_dir=args.cache_dir, offline=args.offline,
+                        fork_compilation_keys=args.fork_compilation_key)
     except (ArgcheckError, ValueError) as exc:
         print(f"argcheck: {exc}", file=sys.stderr)
         return 2

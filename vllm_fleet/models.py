@@ -30,7 +30,7 @@ VISIBLE_DEVICES_ENV = {
 FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
                 "q": "quantization", "o": "compilation_config"}
 #: Flags the resolver sets itself from other model fields; writing them in `serve` is an error.
-RESERVED_FLAGS = {"port": "port", "model": "path", "model_tag": "path"}
+RESERVED_FLAGS = {"port": "port", "model": "path", "model_tag": "path", "lora_modules": "lora_adapters"}
 DEFAULT_BASE_PORT = 8000
 
 
@@ -75,6 +75,29 @@ def parallel_size(serve: dict) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             size *= value
     return size
+
+
+def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) -> list[dict]:
+    """The model's LoRA adapters, added to its `serve` flags as vLLM takes them.
+
+    `lora_adapters: [{name, path, source}]` becomes ``--enable-lora --lora-modules
+    name=path ...``: vLLM refuses --lora-modules without --enable-lora, and loads every
+    adapter at start-up (a duplicate name stops it with "already been loaded").
+    """
+    adapters = [a for a in model.get("lora_adapters") or [] if isinstance(a, dict)]
+    if not adapters:
+        return []
+    names = [str(a.get("name")) for a in adapters]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"{where}.lora_adapters: the name {dup!r} is used more than once; each adapter needs its own name")
+    if serve.get("enable_lora") is False:
+        problems.append(f"{where}.serve.enable_lora = false, but lora_adapters lists {len(adapters)} adapter(s) and vLLM "
+                        "loads adapters only with --enable-lora; accepted: leave enable_lora out (models with "
+                        "adapters get it) or true")
+    serve["enable_lora"] = True
+    serve["lora_modules"] = [f"{a.get('name')}={a.get('path')}" for a in adapters]
+    return [{"name": a.get("name"), "path": a.get("path"), "source": a.get("source") or {"type": "path"}}
+            for a in adapters]
 
 
 def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
@@ -126,6 +149,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                 # Never echo a secret's value in a message.
                 problems.append(f"{where}.secret_env.{secret_name}: the value has quotes, backslashes, a newline "
                                 "or surrounding spaces, which environment files cannot carry")
+        adapters = _lora_adapters(model, serve, where, problems)
         served = serve.pop("served_model_name", None) or name
         resolved.append({
             "name": name,
@@ -141,6 +165,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             "serve": serve,
             "env": env,
             "secret_env_names": sorted((model.get("secret_env") or {}).keys()),
+            "lora_adapters": adapters,
             "port": model.get("port"),
             "devices": list(model.get("devices") or []),
             "_explicit_devices": bool(model.get("devices")),
@@ -213,4 +238,12 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     served = [s for m in active for s in m["served_model_name"]]
     for dup in sorted({s for s in served if served.count(s) > 1}):
         problems.append(f"served model name {dup!r} is used by more than one model on the host")
+    # An adapter is asked for by its name like a model (/v1/models lists both); vLLM
+    # answers a name that is also a served model name with the base model.
+    for m in active:
+        for adapter in m["lora_adapters"]:
+            if adapter["name"] in served:
+                problems.append(f"model {m['name']}: LoRA adapter name {adapter['name']!r} is also a served model name "
+                                "on the host; clients choose an adapter by its name, so it must differ from every "
+                                "served_model_name")
     return resolved, problems

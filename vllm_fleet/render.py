@@ -121,17 +121,23 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
 
     `settings` (the vendor's, from the play) holds: options (run options such as
     --ipc=host), device_pattern ("/dev/davinci{index}", one per device of the
-    model), control_devices, volumes ("host:container[:mode]"), models_dir and
-    models_mount (the host's models directory and where it is mounted), and
-    launcher (argv run in the container before vllm serve, e.g. sourcing CANN).
-    The model's port is published on the same port; the environment comes from
-    the same files as in host mode.
+    model), gpus (docker's --gpus with the model's devices, for the NVIDIA
+    Container Toolkit), visible_devices_env (the variable that numbers the devices
+    a process sees, reset to the container's own numbering), control_devices,
+    volumes ("host:container[:mode]"), models_dir and models_mount (the host's
+    models directory and where it is mounted), and launcher (argv run in the
+    container before vllm serve, e.g. sourcing CANN). The model's port is
+    published on the same port; the environment comes from the same files as in
+    host mode.
     """
     name = model["unit"]
     argv = [runtime, "run", "--rm", "--name", name, *settings.get("options", [])]
     pattern = settings.get("device_pattern")
     if pattern:
         argv += [f"--device={pattern.format(index=i)}" for i in model["devices"]]
+    if settings.get("gpus"):
+        # docker reads --gpus as CSV, so a list of devices must be one quoted field: --gpus '"device=0,1"'.
+        argv += ["--gpus", '"device=' + ",".join(str(i) for i in model["devices"]) + '"']
     argv += [f"--device={d}" for d in settings.get("control_devices", [])]
     for volume in settings.get("volumes", []):
         argv += ["-v", volume]
@@ -140,9 +146,19 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
         argv += ["-v", f"{models_dir}:{mount}"]
     for env_file_path in env_files:
         argv += ["--env-file", env_file_path]
+    visible = settings.get("visible_devices_env")
+    if visible and model["devices"]:
+        # The container sees only the model's devices, numbered from 0; the host's numbers
+        # in the environment file would name devices it does not have (-e wins over --env-file).
+        argv += ["-e", f"{visible}=" + ",".join(str(i) for i in range(len(model["devices"])))]
     argv += ["-p", f"{model['port']}:{model['port']}", image]
     inner = dict(model)
     if models_dir and mount:
         inner["path"] = container_model_path(model["path"], models_dir, mount)
+        if "lora_modules" in model["serve"]:
+            # --lora-modules name=path: adapters are read through the same mount as the model.
+            inner["serve"] = {**model["serve"], "lora_modules": [
+                name_path.partition("=")[0] + "=" + container_model_path(name_path.partition("=")[2], models_dir, mount)
+                for name_path in model["serve"]["lora_modules"]]}
     argv += [*settings.get("launcher", []), *serve_argv(inner, settings.get("executable", "vllm"))]
     return argv

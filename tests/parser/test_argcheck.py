@@ -123,3 +123,48 @@ def test_failed_build_leaves_nothing_behind(tmp_path, monkeypatch):
         argcheck.prepare("0.11.2", cache_dir=tmp_path)
     assert not (tmp_path / "argcheck" / "0.11.2").exists()
     assert not list((tmp_path / "argcheck").glob(".0.11.2.build-*"))
+
+
+MUSA_GRAPH = '{"simple_cuda_graph": true, "cudagraph_capture_sizes": [1]}'
+
+
+@pytest.mark.parametrize("flag", ["--compilation-config", "--compilation_config", "-cc", "-O"])
+def test_fork_keys_are_taken_out_of_every_spelling_of_the_flag(flag):
+    argv = ["vllm", "serve", "/m", flag, MUSA_GRAPH, "--max-num-seqs", "1"]
+    stripped, keys = argcheck.strip_fork_keys(argv, ["simple_cuda_graph"])
+    assert stripped == ["vllm", "serve", "/m", flag, '{"cudagraph_capture_sizes": [1]}', "--max-num-seqs", "1"]
+    assert keys == ["--compilation-config.simple_cuda_graph"]
+
+
+def test_fork_keys_in_the_equals_form():
+    stripped, keys = argcheck.strip_fork_keys(["vllm", "serve", "-cc=" + MUSA_GRAPH], ["simple_cuda_graph"])
+    assert stripped == ["vllm", "serve", '-cc={"cudagraph_capture_sizes": [1]}']
+    assert keys == ["--compilation-config.simple_cuda_graph"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["vllm", "serve", "/m", "--compilation-config", MUSA_GRAPH],           # no fork keys declared
+    ["vllm", "serve", "/m", "-O", "3"],                                    # a level, not JSON
+    ["vllm", "serve", "/m", "--compilation-config", '{"simple_cuda_graph": '],  # malformed: the parser's to say
+    ["vllm", "serve", "/m", "--hf-overrides", '{"simple_cuda_graph": true}'],  # another flag's JSON
+    ["vllm", "serve", "/m", "--compilation-config"],                       # no value at all
+])
+def test_anything_else_is_left_to_the_parser(argv):
+    keys = [] if argv[-1] == MUSA_GRAPH else ["simple_cuda_graph"]
+    assert argcheck.strip_fork_keys(argv, keys) == (argv, [])
+
+
+def test_check_reports_the_fork_keys_it_left_out(monkeypatch):
+    seen = []
+
+    def fake_run_checker(release, argvs, **kwargs):
+        seen.extend(argvs)
+        return {"results": [{"ok": True, "error": None, "warnings": [], "dropped_keys": []} for _ in argvs]}
+
+    monkeypatch.setattr(argcheck, "run_checker", fake_run_checker)
+    lines = [["vllm", "serve", "/m", "--compilation-config", MUSA_GRAPH], ["vllm", "serve", "/m", "--enforce-eager"]]
+    results = argcheck.check("0.16.0", lines, fork_compilation_keys=["simple_cuda_graph"])
+    assert seen == [["vllm", "serve", "/m", "--compilation-config", '{"cudagraph_capture_sizes": [1]}'], lines[1]]
+    assert [r["unchecked_fork_keys"] for r in results] == [["--compilation-config.simple_cuda_graph"], []]
+    assert results[0]["warnings"] == ["--compilation-config.simple_cuda_graph is the vendor fork's extension; "
+                                      "vLLM 0.16.0's parser did not check it"]

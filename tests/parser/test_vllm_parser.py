@@ -3,9 +3,12 @@
 For each host of inventories/example, its models are resolved (`resolve_models`) and
 rendered (`serve_argv`) exactly as the roles do, and vllm_fleet.argcheck parses them with
 the real parser of the vLLM release its vendor group pins (`fleet_matrix.vllm.release`,
-else `fleet_matrix.vllm.version`). Negative tests prove the checker can say no, with the
-real parser's words. The seed-flag tests record what the pristine releases make of the
-flags the vendor guides (seeds 001 and 004) use.
+else `fleet_matrix.vllm.version`). A vendor fork's own --compilation-config keys, which
+the group declares (`fleet_matrix.vllm.fork_compilation_keys`: Moore Threads'
+`simple_cuda_graph`), are taken out first and reported as unchecked; nothing else is.
+Negative tests prove the checker can say no, with the real parser's words. The seed-flag
+tests record what the pristine releases make of the flags the vendor guides (seeds 001
+and 004) use.
 
 All command lines of one release are parsed in one checker process (one ~8 s import).
 The first run for a release builds its environment (1.5-2.5 min and ~4 GB, see argcheck):
@@ -41,8 +44,14 @@ def pinned_release(host_vars: dict) -> str:
     return str(release)
 
 
-def inventory_lines() -> list[tuple[str, str, list[str]]]:
-    """(test id, release, argv) for every model of every example host."""
+def fork_keys(host_vars: dict) -> list[str]:
+    """The --compilation-config keys the group's vLLM fork adds to its release."""
+    vllm = (host_vars.get("fleet_matrix") or {}).get("vllm") or {}
+    return list(vllm.get("fork_compilation_keys") or [])
+
+
+def inventory_lines() -> list[tuple[str, str, list[str], list[str]]]:
+    """(test id, release, argv as the release's parser gets it, fork keys taken out) for every model of every example host."""
     lines = []
     for host, hv in sorted(example_hosts().items()):
         release = pinned_release(hv)
@@ -55,13 +64,15 @@ def inventory_lines() -> list[tuple[str, str, list[str]]]:
             if model["port"] is None:
                 # A disabled model gets no port; its flags must still parse once it is enabled again.
                 model = {**model, "port": hv.get("fleet_serve_base_port") or 8000}
-            lines.append((f"{host}/{model['name']}@{release}", release, serve_argv(model)))
+            argv, unchecked = argcheck.strip_fork_keys(serve_argv(model), fork_keys(hv))
+            lines.append((f"{host}/{model['name']}@{release}", release, argv, unchecked))
     return lines
 
 
 INVENTORY = inventory_lines()
-PINNED = sorted({release for _, release, _ in INVENTORY})
-SAMPLE = {release: argv for _, release, argv in reversed(INVENTORY)}  # one rendered line per release
+PINNED = sorted({release for _, release, _, _ in INVENTORY})
+SAMPLE = {release: argv for _, release, argv, _ in reversed(INVENTORY)}  # one rendered line per release
+MUSA = [(i, r, a, u) for i, r, a, u in INVENTORY if i.startswith("musa-")]
 
 # Seed 001 (Ascend, vLLM 0.11.2), as its guide writes it.
 SEED_001 = ["vllm", "serve", "/model/GPT-OSS", "--served-model-name", "gpt-oss-120b-bf16",
@@ -93,16 +104,33 @@ SEED_004_FLAGS = {
 SEED_BASE = ["vllm", "serve", "/home/models/m", "--port", "8000"]
 BOGUS = ["--bogus-flag", "1"]
 BAD_JSON = ["--compilation-config", '{"cudagraph_mode": "PIECEWISE",']
+# The MUSA Graph config with a key that is neither 0.16.0's nor declared as the fork's.
+MUSA_GRAPH_AND_TYPO = ["--compilation-config",
+                       '{"simple_cuda_graph": true, "cudagraph_capture_sizes": [1], "cudagraph_capture_size": [1]}']
+# Seed 003 (NVIDIA, vLLM 0.11.2): its flags and LoRA adapters ("one model, many roles"),
+# as vllm-fleet renders them from a model's lora_adapters, and what the parser refuses.
+SEED_003 = ["vllm", "serve", "/home/models/gpt-oss-20b", "--served-model-name", "gpt-oss-20b",
+            "--enable-prefix-caching", "--max-num-seqs", "256", "--max-model-len", "32768",
+            "--enable-lora", "--lora-modules", "support=/home/models/lora/support", "coding=/home/models/lora/coding",
+            "--max-loras", "2", "--max-lora-rank", "64"]
+SEED_003_LORA_JSON = ["--enable-lora", "--lora-modules",
+                      '{"name": "support", "path": "/home/models/lora/support", "base_model_name": "gpt-oss-20b"}']
+SEED_003_LORA_WITHOUT_ENABLE = ["--lora-modules", "support=/home/models/lora/support"]
+SEED_003_BAD_RANK = ["--enable-lora", "--max-lora-rank", "24"]
+SEED_003_LORA_WITHOUT_PATH = ["--enable-lora", "--lora-modules", "support"]
 
 # Every line each release is asked about, so that each release is one checker process.
 WANTED: dict[str, list[list[str]]] = {}
-for _, _release, _argv in INVENTORY:
+for _, _release, _argv, _ in INVENTORY:
     WANTED.setdefault(_release, []).append(_argv)
 for _release in PINNED:
     WANTED[_release] += [SAMPLE[_release] + BOGUS, SAMPLE[_release] + BAD_JSON]
 WANTED.setdefault("0.11.2", []).extend([SEED_001, SEED_BASE + SEED_004_MUSA_GRAPH])
+WANTED["0.11.2"].extend([SEED_003] + [SEED_BASE + flags for flags in (
+    SEED_003_LORA_JSON, SEED_003_LORA_WITHOUT_ENABLE, SEED_003_BAD_RANK, SEED_003_LORA_WITHOUT_PATH)])
 WANTED.setdefault("0.16.0", []).extend(
-    [SEED_BASE + SEED_004_MUSA_GRAPH] + [SEED_BASE + flags for flags in SEED_004_FLAGS.values()])
+    [SEED_BASE + SEED_004_MUSA_GRAPH] + [SEED_BASE + flags for flags in SEED_004_FLAGS.values()]
+    + [argcheck.strip_fork_keys(SEED_BASE + MUSA_GRAPH_AND_TYPO, ["simple_cuda_graph"])[0]])
 
 
 @pytest.fixture(scope="session")
@@ -131,13 +159,13 @@ def verdict():
     return get
 
 
-@pytest.mark.parametrize("release,argv", [(r, a) for _, r, a in INVENTORY], ids=[i for i, _, _ in INVENTORY])
+@pytest.mark.parametrize("release,argv", [(r, a) for _, r, a, _ in INVENTORY], ids=[i for i, _, _, _ in INVENTORY])
 def test_rendered_line_is_accepted_by_the_pinned_release(verdict, release, argv):
     result = verdict(release, argv)
     assert result["ok"], f"vLLM {release} rejects {argv}:\n{result['error']}"
 
 
-@pytest.mark.parametrize("release,argv", [(r, a) for _, r, a in INVENTORY], ids=[i for i, _, _ in INVENTORY])
+@pytest.mark.parametrize("release,argv", [(r, a) for _, r, a, _ in INVENTORY], ids=[i for i, _, _, _ in INVENTORY])
 def test_no_json_key_of_a_rendered_line_is_silently_dropped(verdict, release, argv):
     # Releases before 0.16 build CompilationConfig with pydantic's extra="ignore": a key they
     # do not know parses fine and does nothing.
@@ -183,6 +211,34 @@ def test_seed_004_musa_graph_key_is_rejected_by_pristine_0_16_0(verdict):
                                       "  Unexpected keyword argument"), result["error"]
 
 
+def test_every_musa_model_of_the_example_is_checked():
+    # Every model of seed 004 in the example inventory, enabled or not, has its line checked.
+    names = {i.split("/")[1].split("@")[0] for i, _, _, _ in MUSA}
+    assert names == {m["name"] for m in example_hosts()["musa-01"]["fleet_models"]}
+    assert len(names) == 11 and all(r == "0.16.0" for _, r, _, _ in MUSA)
+
+
+@pytest.mark.parametrize("test_id,argv,unchecked", [(i, a, u) for i, _, a, u in MUSA], ids=[i for i, _, _, _ in MUSA])
+def test_musa_lines_leave_out_only_the_forks_graph_key(test_id, argv, unchecked):
+    config = argv[argv.index("--compilation-config") + 1] if "--compilation-config" in argv else None
+    if config is None:
+        # Pooling models run eagerly, without MUSA Graph: nothing of the fork's to leave out.
+        assert unchecked == [] and "--enforce-eager" in argv
+    else:
+        assert unchecked == ["--compilation-config.simple_cuda_graph"]
+        assert json.loads(config) == {"cudagraph_capture_sizes": [1]}  # still the parser's to judge
+
+
+def test_an_unknown_key_next_to_the_forks_is_still_rejected_by_0_16_0(verdict):
+    argv, unchecked = argcheck.strip_fork_keys(SEED_BASE + MUSA_GRAPH_AND_TYPO, ["simple_cuda_graph"])
+    assert unchecked == ["--compilation-config.simple_cuda_graph"]
+    result = verdict("0.16.0", argv)
+    assert not result["ok"]
+    assert result["error"].startswith("vllm serve: error: argument --compilation-config/-cc: 1 validation error for "
+                                      "CompilationConfig\ncudagraph_capture_size\n  Unexpected keyword argument"), \
+        result["error"]
+
+
 def test_seed_004_musa_graph_key_is_dropped_silently_by_0_11_2(verdict):
     result = verdict("0.11.2", SEED_BASE + SEED_004_MUSA_GRAPH)
     assert result["ok"], result["error"]
@@ -202,3 +258,33 @@ def test_cli_reports_json_and_exit_status(verdict, tmp_path):
     assert report[1]["argv"] == lines[1]
     assert report[1]["error"] == "vllm: error: unrecognized arguments: --bogus-flag 1"
 
+
+def test_seed_003_line_with_lora_adapters_is_accepted_by_0_11_2(verdict):
+    result = verdict("0.11.2", SEED_003)
+    assert result["ok"], result["error"]
+    assert verdict("0.11.2", SEED_BASE + SEED_003_LORA_JSON)["ok"]
+
+
+def test_nvidia_inventory_line_carries_the_adapters():
+    (argv,) = [a for i, _, a, _ in INVENTORY if i.startswith("nvidia-01/")]
+    assert "--enable-lora" in argv
+    assert argv[argv.index("--lora-modules") + 1].startswith("gpt-oss-20b-support=/home/models/lora/")
+
+
+def test_lora_modules_without_enable_lora_pass_the_parser(verdict):
+    # vLLM refuses them only at start-up ("LoRA is not enabled"), after loading the model:
+    # that is why the inventory's validation adds --enable-lora and rejects enable_lora: false.
+    assert verdict("0.11.2", SEED_BASE + SEED_003_LORA_WITHOUT_ENABLE)["ok"]
+
+
+def test_lora_rank_outside_the_release_choices_is_rejected(verdict):
+    result = verdict("0.11.2", SEED_BASE + SEED_003_BAD_RANK)
+    assert not result["ok"]
+    assert result["error"] == ("vllm serve: error: argument --max-lora-rank: invalid choice: 24 "
+                               "(choose from 1, 8, 16, 32, 64, 128, 256, 320, 512)")
+
+
+def test_lora_module_without_a_path_is_rejected(verdict):
+    result = verdict("0.11.2", SEED_BASE + SEED_003_LORA_WITHOUT_PATH)
+    assert not result["ok"]
+    assert result["error"] == "vllm serve: error: Invalid JSON format for --lora-modules: support"

@@ -82,6 +82,16 @@ def make_model(
     return directory
 
 
+def make_adapter(directory: Path, *, rank: int = 8) -> Path:
+    """A LoRA adapter directory as PEFT saves it (adapter_config.json and its weights)."""
+    directory.mkdir(parents=True)
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "bias": "none",
+              "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": "Qwen/Qwen3-8B"}
+    (directory / "adapter_config.json").write_text(json.dumps(config))
+    (directory / "adapter_model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00" + b'{"__metadata__":{}}')
+    return directory
+
+
 def standin_env(tmp_path: Path, extra_paths: tuple[Path, ...] = (), **overrides: str) -> dict[str, str]:
     """A clean environment: source tree on PYTHONPATH, no load delay, an empty fake /dev, no plugins."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}
@@ -447,6 +457,32 @@ def test_kv_cache_too_small_for_one_sequence_fails(tmp_path):
     )
 
 
+def test_lora_adapter_that_was_never_fetched_fails(tmp_path):
+    model = make_model(tmp_path / "model")
+    done = vllm_cli(["serve", str(model), "--enable-lora", "--lora-modules", f"support={tmp_path / 'absent'}"],
+                    standin_env(tmp_path))
+    assert done.returncode == 1
+    assert f"Loading lora support failed: No adapter found for {tmp_path / 'absent'}" in done.stderr
+
+
+def test_lora_adapter_of_a_higher_rank_than_allowed_fails(tmp_path):
+    model = make_model(tmp_path / "model")
+    adapter = make_adapter(tmp_path / "lora", rank=32)
+    done = vllm_cli(["serve", str(model), "--enable-lora", "--max-lora-rank", "16", "--lora-modules",
+                     f"coding={adapter}"], standin_env(tmp_path))
+    assert done.returncode == 1
+    assert "LoRA rank 32 is greater than max_lora_rank 16." in done.stderr
+
+
+def test_lora_adapter_named_twice_fails(tmp_path):
+    model = make_model(tmp_path / "model")
+    adapter = make_adapter(tmp_path / "lora")
+    done = vllm_cli(["serve", str(model), "--enable-lora", "--lora-modules", f"a={adapter}", f"a={adapter}"],
+                    standin_env(tmp_path))
+    assert done.returncode == 1
+    assert "The lora adapter 'a' has already been loaded." in done.stderr
+
+
 def test_pooling_conversion_needs_the_pooling_runner(tmp_path):
     model = make_model(tmp_path / "model")
     done = vllm_cli(["serve", str(model), "--convert", "embed"], standin_env(tmp_path))
@@ -584,6 +620,7 @@ def test_secrets_never_reach_the_log(tmp_path):
 def chat_server(tmp_path_factory) -> Iterator[Server]:
     tmp_path = tmp_path_factory.mktemp("chat")
     model = make_model(tmp_path / "Qwen3-8B", max_position_embeddings=4096)
+    adapter = make_adapter(tmp_path / "loras" / "sql")
     args = [
         str(model),
         "--served_model_name",
@@ -601,10 +638,11 @@ def chat_server(tmp_path_factory) -> Iterator[Server]:
         '{"image": 1}',
         "--enable-lora",
         "--lora-modules",
-        "sql-lora=/loras/sql",
+        f"sql-lora={adapter}",
     ]
     with serving(tmp_path, args) as server:
         server.model_path = str(model)  # type: ignore[attr-defined]
+        server.adapter_path = str(adapter)  # type: ignore[attr-defined]
         yield server
 
 
@@ -618,7 +656,7 @@ def test_health_version_and_models(chat_server):
     assert [(m["id"], m["root"], m["parent"], m["max_model_len"], m["owned_by"]) for m in models["data"]] == [
         ("qwen-test", chat_server.model_path, None, 2048, "vllm"),
         ("alias", chat_server.model_path, None, 2048, "vllm"),
-        ("sql-lora", "/loras/sql", "qwen-test", 2048, "vllm"),
+        ("sql-lora", chat_server.adapter_path, "qwen-test", 2048, "vllm"),
     ]
 
 

@@ -716,7 +716,7 @@ class TestModule:
         ]
 
     @pytest.mark.parametrize('args, message', [
-        ({}, 'nothing to check: give packages, git, files or python_version'),
+        ({}, 'nothing to check: give packages, git, files, overlays or python_version'),
         ({'packages': {'torch': 2.7}},
          'invalid options:\npackages.torch: give the version as a quoted string, got 2.7 (float)'),
         ({'git': {'vllm': {'commit': 'main'}}},

@@ -45,6 +45,8 @@ EXPECTED_REPOS = {
     "hiruyun/gptq-Qwen3-8B", "Qwen/Qwen3-30B-A3B-GPTQ-Int4", "potter001/gptq-Qwen3-VL-8B-Instruct-4bit-group",
     "deepseek-ai/DeepSeek-OCR-2", "BAAI/bge-m3", "BAAI/bge-reranker-v2-m3",
 }
+# LoRA adapters (adapter_config.json instead of config.json), published like models.
+EXPECTED_ADAPTERS = {"vllm-fleet-lab/gpt-oss-20b-lora-support", "vllm-fleet-lab/gpt-oss-20b-lora-coding"}
 HUB_LINE = re.compile(r"^hub: (?P<api>\S+) (?P<repo>\S+) (?P<file>\S+) bytes=(?P<start>\d+)-(?P<end>\d+) "
                       r"sent=(?P<sent>\d+)(?P<cut> CUT)?$")
 
@@ -216,7 +218,7 @@ def _engine_config():
 def test_fixture_models_are_complete_for_the_engine():
     engine = _engine_config()
     dirs = {p.name for p in MODELS.iterdir() if p.is_dir()}
-    assert dirs == {r.replace("/", "--") for r in EXPECTED_REPOS}
+    assert dirs == {r.replace("/", "--") for r in EXPECTED_REPOS | EXPECTED_ADAPTERS}
     total = sum(p.stat().st_size for p in MODELS.rglob("*") if p.is_file())
     assert total < 1_000_000
     for repo_id in sorted(EXPECTED_REPOS):
@@ -249,8 +251,22 @@ def test_fixture_models_are_complete_for_the_engine():
     assert config_of("unsloth/gpt-oss-120b-BF16")["model_type"] == "gpt_oss"
 
 
+def test_fixture_adapters_are_peft_lora_adapters_of_gpt_oss_20b():
+    """What the engine stand-in (and vLLM) read of an adapter: its config and its lora_A/lora_B tensors."""
+    for repo_id in sorted(EXPECTED_ADAPTERS):
+        adapter_dir = MODELS / repo_id.replace("/", "--")
+        assert not (adapter_dir / "config.json").exists(), repo_id
+        config = json.loads((adapter_dir / "adapter_config.json").read_text())
+        assert config["peft_type"] == "LORA" and config["base_model_name_or_path"] == "openai/gpt-oss-20b"
+        blob = (adapter_dir / "adapter_model.safetensors").read_bytes()
+        header = json.loads(blob[8:8 + int.from_bytes(blob[:8], "little")])
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        assert tensors and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in tensors), repo_id
+        assert {v["shape"][0] for k, v in tensors.items() if "lora_A" in k} == {config["r"]}, repo_id
+
+
 def test_builder_publishes_every_fixture_with_a_deterministic_revision(hub, tmp_path):
-    assert set(hub.section) == EXPECTED_REPOS
+    assert set(hub.section) == EXPECTED_REPOS | EXPECTED_ADAPTERS
     for repo_id, entry in hub.section.items():
         assert re.fullmatch(r"[0-9a-f]{40}", entry["revision"]), repo_id
         files = {name: (f["size"], f["sha256"]) for name, f in entry["files"].items()}
@@ -280,7 +296,7 @@ def test_huggingface_snapshot_download_of_every_model(hub, tmp_path):
             for repo_id, entry in hub.section.items()}
     proc = hub.python(HF_SNAPSHOTS, hub.env(tmp_path), json.dumps(plan))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for repo_id in EXPECTED_REPOS:
+    for repo_id in EXPECTED_REPOS | EXPECTED_ADAPTERS:
         assert downloaded_files(tmp_path / "models" / repo_id) == expected_files(hub, repo_id), repo_id
     assert (tmp_path / "models" / "openai/gpt-oss-20b" / "original" / "model.safetensors").is_file()
 

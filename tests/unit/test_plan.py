@@ -64,7 +64,7 @@ def test_every_host_gets_its_units_without_contact(host_plan):
         "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service",
         "metax-01/etc/systemd/system/vllm-gpt-oss-20b.service",
         "metax-01/etc/systemd/system/vllm-qwen3-4b.service",
-        "musa-01/etc/systemd/system/vllm-gptq-qwen3-8b.service",
+        *[f"musa-01/etc/systemd/system/vllm-{name}.service" for name in MUSA_ENABLED],
         "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service",
     ]
 
@@ -160,3 +160,167 @@ def test_secrets_are_masked_in_the_plan(tmp_path):
 def test_systemd_splitter_round_trips_render():
     argv = ["/bin/x", "plain", 'a "quoted" json', "100%", "$HOME", "back\\slash", "{\"k\": [1, 2]}"]
     assert split_exec(render.systemd_command(argv)) == argv
+
+
+# ------------------------------------------------------------------ NVIDIA (seed 003)
+
+SEED_003_FLAGS = {"--served-model-name": "gpt-oss-20b", "--max-model-len": "32768", "--enable-prefix-caching": "",
+                  "--max-num-seqs": "256"}
+ADAPTERS = ["gpt-oss-20b-support", "gpt-oss-20b-coding", "gpt-oss-20b-writing"]
+
+
+@pytest.fixture(scope="module")
+def nvidia_container_plans(tmp_path_factory):
+    """Container mode of the NVIDIA example with docker and with podman."""
+    return {runtime: plan(tmp_path_factory.mktemp(runtime), "-l", "nvidia-nodes", "-e", "fleet_deploy_mode=container",
+                          "-e", f"fleet_container_runtime={runtime}")
+            for runtime in ("docker", "podman")}
+
+
+def lora_modules(argv: list[str]) -> list[str]:
+    start = argv.index("--lora-modules") + 1
+    end = next((i for i in range(start, len(argv)) if argv[i].startswith("--")), len(argv))
+    return argv[start:end]
+
+
+def test_nvidia_unit_carries_seed_003_and_the_adapters(host_plan):
+    unit = (host_plan / "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service").read_text()
+    argv = exec_start(unit)
+    assert argv[: argv.index("--")] == ["/opt/vllm-fleet/bin/vllm-fleet-launch"]
+    serve = argv[argv.index("--") + 1:]
+    assert serve[:3] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b"]
+    got = flags(serve)
+    for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--enable-lora": "",
+                        "--max-loras": "3", "--max-lora-rank": "64"}.items():
+        assert got.get(flag) == value, (flag, got.get(flag))
+    assert lora_modules(serve) == [f"{a}=/home/models/lora/{a}" for a in ADAPTERS]
+    assert "User=vllm" in unit.splitlines() and "SupplementaryGroups=video" in unit.splitlines()
+    env = (host_plan / "nvidia-01/etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()
+    assert "CUDA_VISIBLE_DEVICES=0,1" in env and "TIKTOKEN_RS_CACHE_DIR=/opt/vllm-fleet/tiktoken" in env
+
+
+def test_nvidia_container_unit_line_by_line(nvidia_container_plans):
+    out = nvidia_container_plans["docker"]
+    unit = (out / "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service").read_text()
+    lines = unit.splitlines()
+    assert "ExecStartPre=-docker rm -f vllm-gpt-oss-20b" in lines
+    assert "ExecStop=docker stop -t 30 vllm-gpt-oss-20b" in lines
+    assert "EnvironmentFile=/etc/vllm-fleet/vllm-gpt-oss-20b.env" in lines
+    assert not any(line.startswith(("User=", "SupplementaryGroups=")) for line in lines)
+    # The quotes are docker's: --gpus reads a CSV list, so two devices are one quoted field.
+    assert '--gpus "\\"device=0,1\\""' in unit
+    argv = exec_start(unit)
+    # The vLLM OpenAI image of the matrix's release, without a registry host of its own:
+    # the prefix is the inventory's fleet_container_registry.
+    image = "registry.example.internal/quay/vllm/vllm-openai:v0.11.2"
+    run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
+    assert run == [
+        "docker", "run", "--rm", "--name", "vllm-gpt-oss-20b",
+        "--ipc=host", "--entrypoint=/usr/local/bin/vllm-fleet-launch",
+        "--gpus", '"device=0,1"',
+        "-v", "/opt/vllm-fleet/tiktoken:/opt/vllm-fleet/tiktoken:ro",
+        "-v", "/opt/vllm-fleet/bin/vllm-fleet-launch:/usr/local/bin/vllm-fleet-launch:ro",
+        "-v", "/home/models:/models",
+        "--env-file", "/etc/vllm-fleet/vllm-gpt-oss-20b.env",
+        # Inside, the model's GPUs are numbered from 0 whatever their host numbers.
+        "-e", "CUDA_VISIBLE_DEVICES=0,1",
+        "-p", "8000:8000",
+    ]
+    assert inside[:4] == ["--", "vllm", "serve", "/models/gpt-oss-20b"]
+    got = flags(inside)
+    for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--enable-lora": ""}.items():
+        assert got.get(flag) == value, (flag, got.get(flag))
+    assert lora_modules(inside) == [f"{a}=/models/lora/{a}" for a in ADAPTERS]
+    # Nothing is built for NVIDIA: upstream's image is pulled as it is.
+    assert not (out / "nvidia-01/etc/vllm-fleet/images").exists()
+
+
+def test_nvidia_container_unit_with_podman_uses_cdi_devices(nvidia_container_plans):
+    unit = (nvidia_container_plans["podman"] / "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service").read_text()
+    argv = exec_start(unit)
+    assert argv[:2] == ["podman", "run"]
+    assert "--gpus" not in argv
+    assert [a for a in argv if a.startswith("--device=")] == ["--device=nvidia.com/gpu=0", "--device=nvidia.com/gpu=1"]
+    assert argv[argv.index("-e") + 1] == "CUDA_VISIBLE_DEVICES=0,1"
+
+
+def test_container_devices_are_renumbered_inside(tmp_path):
+    """A model on GPUs 1 and 3 sees them as 0 and 1 inside its container."""
+    model = {"unit": "vllm-m", "path": "/home/models/m", "served_model_name": ["m"], "port": 8001,
+             "devices": [1, 3], "serve": {"lora_modules": ["a=/home/models/lora/a", "b=/srv/b"]}}
+    settings = {"gpus": True, "visible_devices_env": "CUDA_VISIBLE_DEVICES", "models_dir": "/home/models",
+                "models_mount": "/models"}
+    argv = render.container_argv(model, settings, runtime="docker", env_files=[], image="img:1")
+    assert argv[argv.index("--gpus") + 1] == '"device=1,3"'
+    assert argv[argv.index("-e") + 1] == "CUDA_VISIBLE_DEVICES=0,1"
+    # Adapters under the models directory are read through its mount; others keep their path.
+    assert lora_modules(argv) == ["a=/models/lora/a", "b=/srv/b"]
+
+
+# ------------------------------------------------------------------ Moore Threads (seed 004)
+
+#: The example's enabled MUSA models, sorted (one GPU each, eight on the 8-GPU node).
+MUSA_ENABLED = sorted(["bge-m3", "bge-reranker-v2-m3", "deepseek-ocr-2", "gptq-qwen3-8b",
+                       "gptq-qwen3-vl-8b-instruct-4bit-group", "gptq-qwen3.6-35b-a3b-4bit-group",
+                       "qwen3-30b-a3b-gptq-int4", "qwen3.6-27b-gptq-v1"])
+MUSA_ENV = "/home/dev/miniforge3/envs/v1.4.2"
+# The guide's general template, as the unit passes it (vLLM's long spellings).
+SEED_004_GENERAL = {"--host": "127.0.0.1", "--tensor-parallel-size": "1", "--gpu-memory-utilization": "0.7",
+                    "--dtype": "bfloat16", "--block-size": "32", "--num-gpu-blocks-override": "512",
+                    "--max-model-len": "16384", "--max-num-seqs": "1", "--swap-space": "0",
+                    "--no-enable-prefix-caching": "", "--trust-remote-code": "",
+                    "--compilation-config": '{"simple_cuda_graph": true, "cudagraph_capture_sizes": [1]}'}
+
+
+def musa_unit(host_plan, name: str) -> tuple[str, list[str], list[str]]:
+    unit = (host_plan / f"musa-01/etc/systemd/system/vllm-{name}.service").read_text()
+    argv = exec_start(unit)
+    return unit, argv[: argv.index("--")], argv[argv.index("--") + 1:]
+
+
+@pytest.mark.parametrize("name", MUSA_ENABLED)
+def test_musa_unit_activates_aimodule_and_runs_its_vllm(host_plan, name):
+    unit, launcher, serve = musa_unit(host_plan, name)
+    assert launcher == ["/opt/vllm-fleet/bin/vllm-fleet-launch", "--conda", "/home/dev/miniforge3", "v1.4.2"]
+    assert serve[:2] == [f"{MUSA_ENV}/bin/vllm", "serve"]
+    # The guide's `sudo sh -c "echo 3 > /proc/sys/vm/drop_caches"`, opted in by the example.
+    assert 'ExecStartPre=-+/bin/sh -c "sync; echo 3 > /proc/sys/vm/drop_caches"' in unit
+
+
+@pytest.mark.parametrize("name,extra", [
+    ("gptq-qwen3-8b", {"--quantization": "gptq"}),
+    ("qwen3.6-27b-gptq-v1", {"--quantization": "gptq"}),
+    ("qwen3-30b-a3b-gptq-int4", {"--quantization": "gptq", "--dtype": "float16"}),
+    ("gptq-qwen3.6-35b-a3b-4bit-group", {"--quantization": "gptq"}),
+    ("gptq-qwen3-vl-8b-instruct-4bit-group", {"--limit-mm-per-prompt": '{"image": 1}', "--quantization": "gptq",
+                                              "--hf-overrides": '{"text_config": {"tie_word_embeddings": false}}'}),
+    ("deepseek-ocr-2", {"--limit-mm-per-prompt": '{"image": 1}', "--max-model-len": "8192"}),
+])
+def test_musa_generation_units_carry_the_seed_template(host_plan, name, extra):
+    _unit, _launcher, serve = musa_unit(host_plan, name)
+    assert flags(serve) == {"--served-model-name": name, "--port": flags(serve)["--port"], **SEED_004_GENERAL, **extra}
+
+
+@pytest.mark.parametrize("name,convert", [("bge-m3", "embed"), ("bge-reranker-v2-m3", "classify")])
+def test_musa_pooling_units_are_the_seeds_eager_template(host_plan, name, convert):
+    _unit, _launcher, serve = musa_unit(host_plan, name)
+    assert flags(serve) == {"--served-model-name": name, "--port": flags(serve)["--port"], "--host": "127.0.0.1",
+                            "--tensor-parallel-size": "1", "--gpu-memory-utilization": "0.7", "--dtype": "float16",
+                            "--max-num-seqs": "1", "--swap-space": "0", "--no-enable-prefix-caching": "",
+                            "--trust-remote-code": "", "--runner": "pooling", "--convert": convert,
+                            "--enforce-eager": ""}
+
+
+@pytest.mark.parametrize("name,env", [
+    ("gptq-qwen3-8b", {}),
+    ("qwen3-30b-a3b-gptq-int4", {"VLLM_MUSA_ATTN": "tilelang", "VLLM_MUSA_TILELANG_KVREUSE": "1"}),
+    ("gptq-qwen3.6-35b-a3b-4bit-group", {"VLLM_MUSA_ATTN": "tilelang"}),
+    ("bge-m3", {"VLLM_MUSA_STARTUP_WARMUP": "0"}),
+    ("bge-reranker-v2-m3", {"VLLM_MUSA_STARTUP_WARMUP": "0"}),
+])
+def test_musa_environment_is_seed_004s(host_plan, name, env):
+    text = (host_plan / f"musa-01/etc/vllm-fleet/vllm-{name}.env").read_text()
+    values = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    devices = values.pop("MUSA_VISIBLE_DEVICES")
+    assert values == {"TRITON_CACHE_DIR": "/tmp/triton", **env}
+    assert len(devices.split(",")) == 1  # tensor parallel 1: one GPU per model

@@ -163,3 +163,116 @@ def test_numeric_string_from_extra_vars_gets_a_hint(example):
     (p,) = problems_for(example, "nvidia-01")
     assert "fleet_min_free_disk_gb = '100000' (a string): expected a number of GB (>= 0)" in p
     assert "pass numbers as JSON" in p
+
+
+# ------------------------------------------------------------------ NVIDIA (seed 003) and LoRA adapters
+
+def nvidia_problems(example):
+    return problems_for(example, "nvidia-01")
+
+
+def test_nvidia_matrix_names_every_required_component(example):
+    del example["nvidia-01"]["fleet_matrix"]["nvidia_driver"]
+    (p,) = nvidia_problems(example)
+    assert p == ("host nvidia-01: fleet_matrix.nvidia_driver is missing; expected a mapping with branch, version, "
+                 "packages and package_version")
+
+
+@pytest.mark.parametrize("version", ["570", "v570.195.03", 570.195])
+def test_nvidia_driver_version_is_a_driver_version(example, version):
+    example["nvidia-01"]["fleet_matrix"]["nvidia_driver"]["version"] = version
+    problems = nvidia_problems(example)
+    assert any("fleet_matrix.nvidia_driver.version = " in p and "the driver version nvidia-smi reports" in p
+               for p in problems), problems
+
+
+def test_nvidia_driver_version_must_belong_to_the_branch(example):
+    example["nvidia-01"]["fleet_matrix"]["nvidia_driver"]["version"] = "550.144.03"
+    problems = nvidia_problems(example)
+    assert ("host nvidia-01: fleet_matrix.nvidia_driver.version = '550.144.03' is not a driver of branch '570'; "
+            "accepted: a 570.x version, or branch '550' for this version") in problems
+
+
+def test_nvidia_package_version_must_install_the_driver_version(example):
+    example["nvidia-01"]["fleet_matrix"]["nvidia_driver"]["package_version"] = "570.172.08-0ubuntu0.22.04.1"
+    (p,) = nvidia_problems(example)
+    assert p.startswith("host nvidia-01: fleet_matrix.nvidia_driver.package_version = '570.172.08-0ubuntu0.22.04.1' "
+                        "installs driver 570.172.08, not version '570.195.03'")
+    assert "apt-cache policy nvidia-driver-570" in p
+
+
+@pytest.mark.parametrize("package_version", ["570.195.03-0ubuntu0.22.04.1", "1:570.195.03-1~deb12u1", "570.195.03"])
+def test_nvidia_package_versions_of_debian_and_ubuntu_are_accepted(example, package_version):
+    example["nvidia-01"]["fleet_matrix"]["nvidia_driver"]["package_version"] = package_version
+    assert nvidia_problems(example) == []
+
+
+def test_nvidia_container_mode_needs_the_toolkit_and_the_image(example):
+    example["nvidia-01"]["fleet_deploy_mode"] = "container"
+    del example["nvidia-01"]["fleet_matrix"]["nvidia_container_toolkit"]
+    del example["nvidia-01"]["fleet_matrix"]["vllm_image"]
+    problems = nvidia_problems(example)
+    assert len(problems) == 2
+    assert problems[0].startswith("host nvidia-01: fleet_matrix.nvidia_container_toolkit is missing; container mode")
+    assert problems[1].startswith("host nvidia-01: fleet_matrix.vllm_image is missing; container mode runs the vLLM "
+                                  "OpenAI image")
+
+
+@pytest.mark.parametrize("tag,ok", [("v0.11.2", True), ("v0.11.2-cu128", True), ("0.11.2", True),
+                                    ("v0.11.1", False), ("v0.11.20", False), ("latest", False)])
+def test_nvidia_image_tag_names_the_matrix_release(example, tag, ok):
+    example["nvidia-01"]["fleet_matrix"]["vllm_image"]["tag"] = tag
+    problems = nvidia_problems(example)
+    if ok:
+        assert problems == []
+    else:
+        (p,) = problems
+        assert f"fleet_matrix.vllm_image.tag = {tag!r} does not name vLLM 0.11.2" in p
+
+
+def test_apt_repository_of_the_inventory_is_checked_against_the_role_spec(example):
+    del example["nvidia-01"]["nvidia_driver_apt_repositories"][0]["suites"]
+    (p,) = nvidia_problems(example)
+    assert p.startswith("host nvidia-01: nvidia_driver_apt_repositories = ")
+    assert p.endswith("missing required arguments: suites found in nvidia_driver_apt_repositories")
+
+
+def test_lora_adapters_need_enable_lora(example):
+    example["nvidia-01"]["fleet_models"][0]["serve"]["enable_lora"] = False
+    (p,) = nvidia_problems(example)
+    assert p == ("host nvidia-01: fleet_models[0] (gpt-oss-20b).serve.enable_lora = false, but lora_adapters lists "
+                 "3 adapter(s) and vLLM loads adapters only with --enable-lora; accepted: leave enable_lora out "
+                 "(models with adapters get it) or true")
+
+
+def test_lora_modules_are_written_as_lora_adapters(example):
+    example["nvidia-01"]["fleet_models"][0]["serve"]["lora_modules"] = ["x=/home/models/x"]
+    (p,) = nvidia_problems(example)
+    assert p == ("host nvidia-01: fleet_models[0] (gpt-oss-20b).serve.lora_modules: set it as the model's "
+                 "`lora_adapters` field instead")
+
+
+def test_lora_adapter_names_are_unique_and_differ_from_served_names(example):
+    adapters = example["nvidia-01"]["fleet_models"][0]["lora_adapters"]
+    adapters[1]["name"] = adapters[0]["name"]
+    adapters[2]["name"] = "gpt-oss-20b"
+    problems = nvidia_problems(example)
+    assert ("host nvidia-01: fleet_models[0] (gpt-oss-20b).lora_adapters: the name 'gpt-oss-20b-support' is used "
+            "more than once; each adapter needs its own name") in problems
+    assert ("host nvidia-01: model gpt-oss-20b: LoRA adapter name 'gpt-oss-20b' is also a served model name on "
+            "the host; clients choose an adapter by its name, so it must differ from every served_model_name") in problems
+
+
+def test_lora_adapter_shape_is_checked(example):
+    example["nvidia-01"]["fleet_models"][0]["lora_adapters"][0] = {"name": "has space", "path": "relative/path"}
+    problems = nvidia_problems(example)
+    assert any("fleet_models[0].lora_adapters[0].name = 'has space'" in p for p in problems), problems
+    assert any("fleet_models[0].lora_adapters[0].path = 'relative/path'" in p for p in problems), problems
+
+
+def test_lora_adapter_from_a_hub_needs_its_client(example):
+    del example["nvidia-01"]["fleet_matrix"]["huggingface_hub"]
+    example["nvidia-01"]["fleet_models"][0]["source"] = {"type": "path"}
+    (p,) = nvidia_problems(example)
+    assert p == ("host nvidia-01: model gpt-oss-20b: source type huggingface needs fleet_matrix.huggingface_hub "
+                 "(the version of the huggingface_hub client nodes download with); accepted: a version string")

@@ -93,12 +93,14 @@ def build_repo(src: Path, bare: Path, *, submodules: dict[str, tuple[str, str]] 
 # ---------------------------------------------------------------- wheels
 
 def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str | bytes],
-                requires: list[str] | None = None, summary: str = "") -> Path:
+                requires: list[str] | None = None, summary: str = "",
+                scripts: dict[str, str] | None = None) -> Path:
     """Write a pure-Python wheel with fixed timestamps.
 
     Hand-written rather than `pip wheel` because a build backend stamps the
     current time into the archive, and the lab's index must give the same
-    sha256 on every build.
+    sha256 on every build. `scripts` maps console scripts to ``module:function``
+    (entry_points.txt), which pip turns into executables in the venv's bin/.
     """
     dist = re.sub(r"[-_.]+", "_", name)
     info = f"{dist}-{version}.dist-info"
@@ -107,6 +109,9 @@ def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str | b
     meta += [f"Requires-Dist: {r}" for r in (requires or [])]
     entries: dict[str, bytes] = {p: (c.encode() if isinstance(c, str) else c) for p, c in files.items()}
     entries[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    if scripts:
+        lines = ["[console_scripts]"] + [f"{script} = {target}" for script, target in sorted(scripts.items())]
+        entries[f"{info}/entry_points.txt"] = ("\n".join(lines) + "\n").encode()
     entries[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: vllm-fleet-lab\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
@@ -139,7 +144,33 @@ def build_standin_wheels(out_dir: Path) -> list[Path]:
                 files[str(path.relative_to(src))] = text
             requires = [r.replace("@VERSION@", version) for r in dist.get("requires", [])]
             built.append(write_wheel(out_dir, dist["name"], version, files, requires, dist.get("summary", "")))
+    for release in plan.get("engine_releases", []):
+        built.append(build_engine_release(out_dir, release["version"], release.get("requires", [])))
     return built
+
+
+#: The engine stand-in (repos/vllm), which the lab also publishes as release wheels.
+ENGINE_DIR = FIXTURES_DIR / "repos" / "vllm"
+
+
+def build_engine_release(out_dir: Path, version: str, requires: list[str]) -> Path:
+    """The engine stand-in as the release wheel ``vllm==version`` of a pip index.
+
+    What ``pip install vllm==<release>`` gets from PyPI: the package, a
+    ``vllm/_version.py`` naming the release (as setuptools-scm writes it into a
+    release build, and which the stand-in's version module reads first), the
+    ``vllm`` console script, and the release's requirements (the torch it pins).
+    """
+    files: dict[str, str | bytes] = {}
+    package = ENGINE_DIR / "vllm"
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        if path.name == "_version.py":
+            continue  # a checkout's own build output; the release's is written below
+        files[path.relative_to(ENGINE_DIR).as_posix()] = path.read_bytes()
+    files["vllm/_version.py"] = f"# Written by the lab's release build.\n__version__ = version = {version!r}\n"
+    return write_wheel(out_dir, "vllm", version, files, requires,
+                       "A high-throughput and memory-efficient inference and serving engine for LLMs "
+                       "(vllm-fleet lab stand-in)", scripts={"vllm": "vllm.entrypoints.cli.main:main"})
 
 
 def download_real_wheels(out_dir: Path, log=print) -> list[Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet.lab import artifacts
+from vllm_fleet.lab import artifacts, metax, musa, nvidia
 from vllm_fleet.lab.paths import FIXTURES_DIR, INVENTORY_TEMPLATES, LabPaths
 
 WEB_SCRIPT = FIXTURES_DIR / "services" / "labweb.py"
@@ -60,6 +60,13 @@ def build(paths: LabPaths, log=print) -> dict:
     manifest["artifacts"]["tiktoken_o200k"] = {
         "url": f"{paths.web_url}/artifacts/tiktoken/o200k_base.tiktoken", "sha256": sha}
     manifest["artifacts"].update(_vendor_installers(new / "artifacts", paths, versions))
+    # Moore Threads: Miniforge, AIModule's environment (from the pip index above), the driver.
+    manifest["artifacts"].update(musa.publish(new / "artifacts" / "musa", packages, paths, versions))
+    # MetaX: the driver package, the MACA SDK archive and MetaX's two overlays.
+    manifest["artifacts"].update(metax.publish(new / "artifacts" / "metax", paths, versions))
+
+    # NVIDIA: an apt repository with the driver's and the container toolkit's packages.
+    manifest.setdefault("apt", {}).update(nvidia.publish(new, paths, versions))
 
     # Model hub: the tiny models over the Hugging Face, ModelScope and git-lfs protocols.
     manifest["hub"] = build_hub(new)
@@ -130,7 +137,9 @@ def build_hub(www_dir: Path, models_dir: Path = MODELS_DIR) -> dict:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     index: dict = {"version": 1, "repos": {}}
     section: dict = {}
-    for src in sorted(p for p in models_dir.iterdir() if (p / "config.json").is_file()):
+    # A model has a config.json, a LoRA adapter (PEFT's layout) an adapter_config.json.
+    for src in sorted(p for p in models_dir.iterdir()
+                      if (p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
         repo_id = hub.repo_id_of_fixture(src.name)
         published = hub_dir / repo_id
         shutil.copytree(src, published, ignore=ignore)
@@ -162,7 +171,8 @@ def build_hub(www_dir: Path, models_dir: Path = MODELS_DIR) -> dict:
                 trees[name] = oid
             else:
                 files[name]["oid"] = oid
-        config = json.loads((published / "config.json").read_text())
+        config_file = published / ("config.json" if (published / "config.json").is_file() else "adapter_config.json")
+        config = json.loads(config_file.read_text())
         index["repos"][repo_id] = {
             "revision": revision, "files": files, "trees": trees,
             "config": {k: config[k] for k in ("architectures", "model_type") if k in config},

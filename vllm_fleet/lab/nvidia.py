@@ -1,0 +1,37 @@
+"""Publishes the lab's simulated NVIDIA packages (lab/fixtures/installers/nvidia).
+
+`www.build` calls `publish` once per web root: an apt repository under ``apt/nvidia/``
+holding the stand-in driver metapackage at every version of lab/inventory/versions.yml
+(`nvidia.nvidia_driver_packages`: an older one, then the matrix's) and the container
+toolkit's packages. The manifest's ``apt.nvidia`` gives the lab inventory the
+repository's URL, suite and components, and each package's versions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from vllm_fleet.lab.paths import FIXTURES_DIR, LabPaths
+
+BUILDER = FIXTURES_DIR / "installers" / "nvidia" / "build.py"
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("vllm_fleet_lab_nvidia_build", BUILDER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def publish(www_dir: Path, paths: LabPaths, versions: dict) -> dict:
+    """Build the repository into ``www_dir/apt/nvidia``; return ``{"nvidia": {url, suites, components, packages}}``."""
+    v = versions["nvidia"]
+    info = _builder().build_repository(
+        www_dir / "apt" / "nvidia",
+        {"driver_branch": v["nvidia_driver_branch"], "driver_packages": v["nvidia_driver_packages"],
+         "cuda": v["nvidia_driver_cuda"], "container_toolkit": v["nvidia_container_toolkit"]},
+        arch=os.uname().machine)
+    return {"nvidia": {"url": f"{paths.web_url}/apt/nvidia", "suites": [info["suite"]],
+                       "components": info["components"], "packages": info["packages"]}}
