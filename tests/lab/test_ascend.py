@@ -56,6 +56,19 @@ def test_second_run_changes_nothing(lab):
     assert recap(proc.stdout)["ascend-02"]["changed"] == 0, proc.stdout[-3000:]
 
 
+def test_check_mode_reports_drift_and_changes_nothing(lab):
+    unit = "/etc/systemd/system/vllm-gpt-oss-120b.service"
+    clean = run_playbook("-l", "ascend-02", "--check", check=True)
+    assert recap(clean.stdout)["ascend-02"]["changed"] == 0, clean.stdout[-3000:]
+    before = lab.run(LAB, "ascend-02", f"sed -i 's/--port /--port  /' {unit} && sha256sum {unit}")
+    drift = run_playbook("-l", "ascend-02", "--check", check=True)
+    assert recap(drift.stdout)["ascend-02"]["changed"] >= 1, drift.stdout[-3000:]
+    assert lab.run(LAB, "ascend-02", f"sha256sum {unit}") == before
+    fixed = run_playbook("-l", "ascend-02", check=True)
+    assert recap(fixed.stdout)["ascend-02"]["changed"] >= 1
+    assert lab.run(LAB, "ascend-02", f"sha256sum {unit}") != before
+
+
 def test_doctor_passes_then_names_the_changed_component(lab):
     ok = run_playbook("-l", "ascend-02", playbook="playbooks/doctor.yml", check=True)
     assert "14 components match the matrix" in ok.stdout

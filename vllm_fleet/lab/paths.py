@@ -7,6 +7,8 @@ block of 1000 TCP ports on 127.0.0.1. The nodes share the host's loopback (no
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -79,34 +81,47 @@ def _registry_path() -> Path:
     return STATE_DIR / "ports.json"
 
 
+@contextlib.contextmanager
+def _registry():
+    """The port registry, read and rewritten under an exclusive lock: labs booted at the
+    same moment (molecule scenarios and the integration tests run side by side) must
+    not both take the same block."""
+    registry = _registry_path()
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    with open(registry.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        taken: dict[str, int] = json.loads(registry.read_text()) if registry.exists() else {}
+        before = dict(taken)
+        yield taken
+        if taken != before:
+            tmp = registry.with_suffix(".tmp")
+            tmp.write_text(json.dumps(taken, indent=2, sort_keys=True) + "\n")
+            tmp.replace(registry)
+
+
 def lab_paths(name: str, port_base: int | None = None) -> LabPaths:
     """Return the layout of lab `name`, reserving a port block on first use."""
     if not NAME_RE.match(name):
         raise ValueError(f"lab name {name!r}: use lowercase letters, digits and '-', starting with a letter")
-    registry = _registry_path()
-    taken: dict[str, int] = json.loads(registry.read_text()) if registry.exists() else {}
-    if name in taken and port_base in (None, taken[name]):
-        return LabPaths(name, taken[name])
-    if port_base is None:
-        used = set(taken.values())
-        port_base = next((b for b in range(FIRST_PORT_BASE, LAST_PORT_BASE + 1, PORT_BLOCK) if b not in used), None)
+    with _registry() as taken:
+        if name in taken and port_base in (None, taken[name]):
+            return LabPaths(name, taken[name])
         if port_base is None:
-            raise RuntimeError("no free port block for another lab; remove one with `vllm-fleet lab down`")
-    elif port_base in {b for n, b in taken.items() if n != name}:
-        raise ValueError(f"port base {port_base} is used by another lab")
-    taken[name] = port_base
-    registry.parent.mkdir(parents=True, exist_ok=True)
-    registry.write_text(json.dumps(taken, indent=2, sort_keys=True) + "\n")
+            used = set(taken.values())
+            port_base = next((b for b in range(FIRST_PORT_BASE, LAST_PORT_BASE + 1, PORT_BLOCK) if b not in used), None)
+            if port_base is None:
+                raise RuntimeError("no free port block for another lab; remove one with `vllm-fleet lab down`")
+        elif port_base in {b for n, b in taken.items() if n != name}:
+            raise ValueError(f"port base {port_base} is used by another lab")
+        taken[name] = port_base
     return LabPaths(name, port_base)
 
 
 def release_ports(name: str) -> None:
-    registry = _registry_path()
-    if not registry.exists():
+    if not _registry_path().exists():
         return
-    taken = json.loads(registry.read_text())
-    if taken.pop(name, None) is not None:
-        registry.write_text(json.dumps(taken, indent=2, sort_keys=True) + "\n")
+    with _registry() as taken:
+        taken.pop(name, None)
 
 
 def known_labs() -> list[str]:
