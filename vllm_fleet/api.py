@@ -90,6 +90,8 @@ class RunResult:
     duration: float = 0.0
     artifacts_dir: str = ""
     task_durations: dict[str, float] = field(default_factory=dict)
+    #: Per host, in check mode: what a real run would first create, where the preview stopped.
+    check_stopped: dict[str, str] = field(default_factory=dict)
 
     @property
     def invalid_inventory(self) -> bool:
@@ -126,6 +128,7 @@ class RunResult:
             "hosts": {h: {**r.__dict__, "status": r.status} for h, r in sorted(self.hosts.items())},
             "failures": [f.__dict__ for f in self.failures],
             "invalid_inventory": self.invalid_inventory, "problems": self.problems,
+            "check_stopped": dict(sorted(self.check_stopped.items())),
             "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
         }
 
@@ -147,6 +150,8 @@ class RunResult:
                 continue
             what = "unreachable" if f.unreachable else "failed"
             lines.append(f"{f.host}: {what} at '{f.task}': {f.message}")
+        for host, reason in sorted(self.check_stopped.items()):
+            lines.append(f"{host}: check mode stopped previewing: {reason} (a real run does it first)")
         lines.append(f"artifacts: {self.artifacts_dir}")
         return "\n".join(lines)
 
@@ -226,6 +231,7 @@ class _Collector:
         self.stats: dict[str, dict] = {}
         self.problems: list[str] = []
         self.task_durations: dict[str, float] = {}
+        self.check_stopped: dict[str, str] = {}
 
     def __call__(self, event: dict) -> bool:
         scrub(event, self.secrets)
@@ -247,6 +253,9 @@ class _Collector:
             if role == "validate_inventory" and "The inventory is invalid" in message:
                 self.problems = [line.strip()[2:] for line in message.splitlines()[1:] if line.strip().startswith("- ")]
         elif kind == "runner_on_ok" or kind == "runner_on_failed":
+            facts = (data.get("res") or {}).get("ansible_facts") or {}
+            if kind == "runner_on_ok" and "fleet_check_mode_stopped" in facts:
+                self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
             duration = data.get("duration")
             if isinstance(duration, (int, float)):
                 key = f"{data.get('role') + ' : ' if data.get('role') else ''}{data.get('task', '')}"
@@ -285,7 +294,7 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
         collector.consume(event)
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
-                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations)
+                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations, check_stopped=collector.check_stopped)
 
 
 # ------------------------------------------------------------------ running
@@ -346,7 +355,7 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
     return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=runner.status,
                      rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
-                     task_durations=collector.task_durations)
+                     task_durations=collector.task_durations, check_stopped=collector.check_stopped)
 
 
 def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> RunResult:

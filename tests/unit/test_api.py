@@ -165,3 +165,22 @@ def test_rescued_failures_do_not_count():
     r = api.result_from_events(events, rc=2)
     assert [(f.host, f.task) for f in r.failures] == [("b", "No source had it")]
     assert r.failed_hosts == ["b"] and r.hosts["a"].status == "changed"
+
+
+def test_check_mode_stops_are_reported_per_host():
+    """In check mode a node whose next step needs what a real run would first create is
+    reported with the reason, not as a failure."""
+    reason = "Ascend-hdk-910b-npu-driver_25.2.0_linux-x86-64.run (version 25.2.0) is not downloaded yet"
+    events = [
+        {"event": "runner_on_ok", "event_data": {"host": "a", "task": "Remember where check mode stopped",
+                                                  "res": {"ansible_facts": {"fleet_check_mode_stopped": reason}}}},
+        {"event": "runner_on_ok", "event_data": {"host": "b", "task": "Other facts",
+                                                  "res": {"ansible_facts": {"something_else": 1}}}},
+        {"event": "playbook_on_stats", "event_data": {"ok": {"a": 5, "b": 7}, "changed": {"a": 2},
+                                                       "processed": {"a": 1, "b": 1}}},
+    ]
+    r = api.result_from_events(events, check=True, rc=0)
+    assert r.check_stopped == {"a": reason}
+    assert r.exit_code == api.EXIT_OK and r.hosts["a"].status == "changed"
+    assert f"a: check mode stopped previewing: {reason} (a real run does it first)" in str(r)
+    assert r.to_dict()["check_stopped"] == {"a": reason}

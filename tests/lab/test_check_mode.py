@@ -1,0 +1,41 @@
+"""Check mode on nodes that were never provisioned, and one vendor's nodes all failing
+while the others go on. conftest runs this module first, while every node is fresh."""
+
+from __future__ import annotations
+
+import copy
+
+import vllm_fleet
+
+from .conftest import INVENTORY, LAB, group_vars, recap, run_playbook, write_overrides
+
+NODES = ["ascend-01", "ascend-02", "nvidia-01", "nvidia-02"]
+
+
+def test_check_mode_on_fresh_nodes_writes_nothing_and_says_where_it_stopped(lab):
+    result = vllm_fleet.provision(str(INVENTORY), check=True)
+    assert result.exit_code == vllm_fleet.EXIT_OK, str(result)
+    assert sorted(result.check_stopped) == NODES, str(result)
+    assert "Ascend-hdk-910b-npu-driver_25.2.0_linux-x86-64.run (version 25.2.0) is not downloaded yet" \
+        == result.check_stopped["ascend-01"]
+    assert result.check_stopped["nvidia-02"].startswith("the apt sources of nvidia-driver-")
+    for node in NODES:
+        left = lab.run(LAB, node, "ls -d /opt/vllm-fleet /var/cache/vllm-fleet /home/models 2>&1; id vllm 2>&1")
+        assert left.count("No such file") == 3 and "no such user" in left, (node, left)
+
+
+def test_one_vendor_failing_on_every_node_does_not_stop_the_others(lab):
+    """Were a vendor play's hosts that vendor's nodes alone, Ansible would end the whole
+    run once they had all failed."""
+    matrix = copy.deepcopy(group_vars("ascend-nodes")["fleet_matrix"])
+    driver = {k: v for k, v in matrix["npu_driver"].items() if k not in ("file", "url")}
+    matrix["npu_driver"] = {**driver, "path": "/nonexistent/npu-driver.run"}
+    overrides = write_overrides({"ascend-01": {"fleet_matrix": matrix}, "ascend-02": {"fleet_matrix": matrix}})
+    proc = run_playbook("--check", overrides=overrides)
+    counts = recap(proc.stdout)
+    assert counts["ascend-01"]["failed"] == 1 and counts["ascend-02"]["failed"] == 1, proc.stdout[-3000:]
+    assert "ascend-01: /nonexistent/npu-driver.run does not exist." in proc.stdout
+    assert counts["nvidia-01"]["failed"] == 0 and counts["nvidia-02"]["failed"] == 0, proc.stdout[-3000:]
+    # The NVIDIA plays ran after every Ascend node had failed.
+    after = proc.stdout.split("/nonexistent/npu-driver.run does not exist.", 1)[1]
+    assert "TASK [nvidia_driver" in after and "nvidia-01" in after
