@@ -46,6 +46,14 @@ def fleet_inventory_problems(hostvars, hosts):
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
 
 
+def fleet_placeholder_checksums(hostvars, hosts):
+    """Sorted, unique `fleet_matrix...` paths that still carry a placeholder sha256."""
+    found = set()
+    for host in hosts:
+        found.update(validation.placeholder_checksums(_plain(hostvars[host].get("fleet_matrix") or {})))
+    return sorted(found)
+
+
 def _role_names():
     return {role for role, _ in validation.role_options().values()}
 
@@ -100,6 +108,7 @@ class FilterModule:
     def filters(self):
         return {
             "fleet_inventory_problems": fleet_inventory_problems,
+            "fleet_placeholder_checksums": fleet_placeholder_checksums,
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vllm_fleet.validation import validate_hosts
@@ -276,3 +278,27 @@ def test_lora_adapter_from_a_hub_needs_its_client(example):
     (p,) = nvidia_problems(example)
     assert p == ("host nvidia-01: model gpt-oss-20b: source type huggingface needs fleet_matrix.huggingface_hub "
                  "(the version of the huggingface_hub client nodes download with); accepted: a version string")
+
+
+def test_placeholder_checksums_are_found_at_any_depth():
+    from vllm_fleet.validation import placeholder_checksums
+
+    placeholder = "0" * 62 + "13"
+    matrix = {
+        "maca_driver": {"version": "3.2.1.3", "sha256": placeholder},
+        "maca_sdk": {"version": "3.2.1.3", "sha256": "ab" * 32},
+        "vllm_overlays": [{"name": "vllm", "sha256": "cd" * 32}, {"name": "code_generator", "sha256": placeholder}],
+        "tiktoken_o200k": {"sha256": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"},
+    }
+    assert placeholder_checksums(matrix) == ["fleet_matrix.maca_driver", "fleet_matrix.vllm_overlays[1]"]
+
+
+def test_the_example_inventory_names_its_overlay_placeholders():
+    import yaml
+
+    from vllm_fleet.validation import placeholder_checksums
+
+    root = Path(__file__).resolve().parents[2]
+    matrix = yaml.safe_load((root / "inventories/example/group_vars/metax-nodes/matrix.yml").read_text())["fleet_matrix"]
+    assert "fleet_matrix.vllm_overlays[0]" in placeholder_checksums(matrix)
+    assert "fleet_matrix.tiktoken_o200k" not in placeholder_checksums(matrix)
