@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import importlib.util
 import io
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -34,6 +36,24 @@ _GIT_ENV = {
 }
 #: The canonical URL whose sha1 names the tiktoken cache entry (what openai-harmony looks up).
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+def fixture_module(path: Path, name: str):
+    """Import one of the fixtures' scripts (a vendor's installer builder, the hub) by its
+    path: they live in lab/fixtures, outside this package, and also run on their own."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def published(built: dict, url_prefix: str) -> dict:
+    """A builder's ``{key: {filename, sha256, version}}`` as the manifest's
+    ``{key: {url, file, sha256, version}}``, the files served under ``url_prefix``."""
+    return {key: {"url": f"{url_prefix}/{info['filename']}", "file": info["filename"],
+                  "sha256": info["sha256"], "version": info["version"]}
+            for key, info in built.items()}
 
 
 def sha256_file(path: Path) -> str:

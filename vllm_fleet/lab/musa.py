@@ -9,25 +9,20 @@ lab inventory each file's name, url, version and sha256.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
+from vllm_fleet.lab.artifacts import fixture_module, published
 from vllm_fleet.lab.paths import FIXTURES_DIR, LabPaths
 
 BUILDER = FIXTURES_DIR / "installers" / "musa" / "build.py"
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("vllm_fleet_lab_musa_build", BUILDER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return fixture_module(BUILDER, "vllm_fleet_lab_musa_build")
 
 
 def publish(art_dir: Path, packages_dir: Path, paths: LabPaths, versions: dict) -> dict:
     """Build the packages into ``art_dir``; return ``{"musa": {component: {url, file, sha256, version}}}``."""
     built = _builder().build_all(art_dir, versions["musa"], packages_dir, arch=os.uname().machine)
-    return {"musa": {key: {"url": f"{paths.web_url}/artifacts/{art_dir.name}/{info['filename']}",
-                           "file": info["filename"], "sha256": info["sha256"], "version": info["version"]}
-                     for key, info in built.items()}}
+    return {"musa": published(built, f"{paths.web_url}/artifacts/{art_dir.name}")}

@@ -9,20 +9,17 @@ repository's URL, suite and components, and each package's versions.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
+from vllm_fleet.lab.artifacts import fixture_module, published
 from vllm_fleet.lab.paths import FIXTURES_DIR, LabPaths
 
 BUILDER = FIXTURES_DIR / "installers" / "nvidia" / "build.py"
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("vllm_fleet_lab_nvidia_build", BUILDER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return fixture_module(BUILDER, "vllm_fleet_lab_nvidia_build")
 
 
 def publish(www_dir: Path, paths: LabPaths, versions: dict) -> dict:

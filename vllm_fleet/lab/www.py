@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -84,33 +83,19 @@ def build(paths: LabPaths, log=print) -> dict:
 
 
 def _vendor_installers(art_dir: Path, paths: LabPaths, versions: dict) -> dict:
-    """Build the simulated vendor installers each vendor's fixtures provide."""
-    out: dict = {}
-    ascend_builder = FIXTURES_DIR / "installers" / "ascend" / "build.py"
-    if ascend_builder.exists():
-        sys.path.insert(0, str(ascend_builder.parent))
-        try:
-            import build as ascend_build  # noqa: PLC0415 - the fixture's own builder
-        finally:
-            sys.path.pop(0)
-        v = versions["ascend"]
-        # The builder's package keys -> the matrix's component names.
-        keys = {"driver": "npu_driver", "firmware": "npu_firmware", "toolkit": "cann_toolkit",
-                "kernels": "cann_kernels", "nnal": "cann_nnal"}
-        built = ascend_build.build_all(art_dir / "ascend", {k: v[m] for k, m in keys.items()}, arch=os.uname().machine)
-        for key, info in built.items():
-            out[keys[key]] = {"url": f"{paths.web_url}/artifacts/ascend/{info['filename']}",
-                         "file": info["filename"], "sha256": info["sha256"], "version": info["version"]}
-        sys.modules.pop("build", None)
-    return out
+    """Build Ascend's simulated `.run` packages (the other vendors publish theirs themselves)."""
+    builder = artifacts.fixture_module(FIXTURES_DIR / "installers" / "ascend" / "build.py", "vllm_fleet_lab_ascend_build")
+    v = versions["ascend"]
+    # The builder's package keys -> the matrix's component names.
+    keys = {"driver": "npu_driver", "firmware": "npu_firmware", "toolkit": "cann_toolkit",
+            "kernels": "cann_kernels", "nnal": "cann_nnal"}
+    built = builder.build_all(art_dir / "ascend", {k: v[m] for k, m in keys.items()}, arch=os.uname().machine)
+    return artifacts.published({keys[key]: info for key, info in built.items()}, f"{paths.web_url}/artifacts/ascend")
 
 
 def _hub_module():
     """lab/fixtures/services/hub.py, which defines the pointer format and layout the server reads."""
-    spec = importlib.util.spec_from_file_location("vllm_fleet_lab_hub", HUB_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return artifacts.fixture_module(HUB_SCRIPT, "vllm_fleet_lab_hub")
 
 
 def hub_endpoints(web_url: str) -> dict:
