@@ -12,10 +12,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from vllm_fleet import models, render, validation
+    from vllm_fleet import models, render, state, validation
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from vllm_fleet import models, render, validation
+    from vllm_fleet import models, render, state, validation
 
 
 def _plain(value):
@@ -102,6 +102,30 @@ def tiktoken_cache_key(url):
     return render.tiktoken_cache_key(url)
 
 
+def fleet_units_to_start(show_output):
+    """Units that `systemctl show --property=Id,UnitFileState,ActiveState` reports as not enabled or not running."""
+    if not isinstance(show_output, str):
+        raise AnsibleFilterError(f"fleet_units_to_start: expected systemctl's output as text, got {show_output!r}")
+    return state.units_to_start(show_output)
+
+
+def fleet_install_action(row, upgrade="upgrade", fresh="install"):
+    """What to do about one row of fleet_versions: 'none', `upgrade` or `fresh`."""
+    if not isinstance(row, dict) and not hasattr(row, "items"):
+        raise AnsibleFilterError(f"fleet_install_action: expected a row of fleet_versions, got {row!r}")
+    return state.install_action(_plain(row), upgrade, fresh)
+
+
+def fleet_doctor_row(row):
+    """One row of doctor's comparison as a readable line."""
+    return state.doctor_line(_plain(row))
+
+
+def fleet_doctor_mismatch(row):
+    """The mismatch sentence of a loaded-driver row."""
+    return state.driver_mismatch(_plain(row))
+
+
 class FilterModule:
     """vllm-fleet filters."""
 
@@ -117,4 +141,8 @@ class FilterModule:
             "shell_command": shell_command,
             "env_file": env_file,
             "tiktoken_cache_key": tiktoken_cache_key,
+            "fleet_units_to_start": fleet_units_to_start,
+            "fleet_install_action": fleet_install_action,
+            "fleet_doctor_row": fleet_doctor_row,
+            "fleet_doctor_mismatch": fleet_doctor_mismatch,
         }

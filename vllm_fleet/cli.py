@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from vllm_fleet import PROJECT_DIR, __version__
+from vllm_fleet.vendors import VENDORS
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -280,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab_sub = p_lab.add_subparsers(dest="lab_command", required=True)
     p_up = lab_sub.add_parser("up", help="build and boot the lab, write inventories/<name>")
     p_up.add_argument("--nodes", type=int, default=1, help="nodes per vendor (default 1)")
-    p_up.add_argument("--vendors", help="comma-separated vendors (default: ascend,metax,musa,nvidia)")
+    p_up.add_argument("--vendors", help=f"comma-separated vendors (default: {','.join(VENDORS)})")
     p_up.add_argument("--port-base", type=int, help="first port of the lab's block of 1000 (default: next free)")
     p_up.add_argument("--inventory", help="where to write the inventory (default: inventories/<name>)")
     p_down = lab_sub.add_parser("down", help="remove every trace of the lab")

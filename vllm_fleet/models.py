@@ -16,16 +16,10 @@ from typing import Any
 
 import yaml
 
+from vllm_fleet import vendors
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
-#: The variable each vendor's runtime reads to restrict the devices a process sees.
-VISIBLE_DEVICES_ENV = {
-    "ascend": "ASCEND_RT_VISIBLE_DEVICES",
-    "nvidia": "CUDA_VISIBLE_DEVICES",
-    # MACA is CUDA-compatible and honours the CUDA variable.
-    "metax": "CUDA_VISIBLE_DEVICES",
-    "musa": "MUSA_VISIBLE_DEVICES",
-}
 #: Short spellings of vLLM flags that users copy from recipes (`-tp 1`), mapped to the long name.
 FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
                 "q": "quantization", "o": "compilation_config"}
@@ -227,8 +221,9 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
 
     for m in resolved:
         m.pop("_explicit_devices")
-        if m["enabled"] and vendor in VISIBLE_DEVICES_ENV and m["devices"]:
-            m["env"].setdefault(VISIBLE_DEVICES_ENV[vendor], ",".join(str(d) for d in m["devices"]))
+        visible_env = vendors.visible_devices_env(vendor) if vendor in vendors.VENDORS else None
+        if m["enabled"] and visible_env and m["devices"]:
+            m["env"].setdefault(visible_env, ",".join(str(d) for d in m["devices"]))
         if not m["enabled"]:
             m["port"], m["devices"] = None, []
 

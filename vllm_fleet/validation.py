@@ -24,7 +24,7 @@ from typing import Any, Callable
 import jsonschema
 import yaml
 
-from vllm_fleet import PROJECT_DIR
+from vllm_fleet import PROJECT_DIR, vendors
 from vllm_fleet.models import DATA_DIR, parallel_size, resolve_models
 
 SCHEMA_FILE = DATA_DIR / "inventory.schema.yml"
@@ -33,7 +33,17 @@ ROLES_DIR = PROJECT_DIR / "roles"
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
-    return yaml.safe_load(SCHEMA_FILE.read_text())
+    """The inventory schema, with the vendors of vllm_fleet.vendors (the one list) as the accepted ones."""
+    doc = yaml.safe_load(SCHEMA_FILE.read_text())
+    vendor = doc["$defs"]["accelerator"]["properties"]["vendor"]
+    vendor["enum"] = list(vendors.VENDORS)
+    vendor["description"] = "one of " + ", ".join(vendors.VENDORS)
+    doc["allOf"] = [
+        {"if": {"properties": {"fleet_accelerator": {"properties": {"vendor": {"const": name}}, "required": ["vendor"]}},
+                "required": ["fleet_accelerator"]},
+         "then": {"properties": {"fleet_matrix": {"$ref": f"#/$defs/matrix_{name}"}}}}
+        for name in vendors.VENDORS if f"matrix_{name}" in doc["$defs"]]
+    return doc
 
 
 def fleet_variables() -> list[str]:
@@ -290,14 +300,6 @@ def _model_id(model: dict) -> str:
 
 
 @vendor_rule("musa")
-def _musa_host_mode_only(doc: dict, models: list[dict]) -> list[str]:
-    if doc.get("fleet_deploy_mode") == "container":
-        return ["fleet_deploy_mode = 'container': Moore Threads nodes run AIModule's conda environment on the node "
-                "(seed 004 has no image); accepted: host"]
-    return []
-
-
-@vendor_rule("musa")
 def _musa_parallel_sizes(doc: dict, models: list[dict]) -> list[str]:
     """vLLM-MUSA runs tensor and pipeline parallel size 1 only: one GPU per model."""
     problems = []
@@ -468,8 +470,19 @@ def _hub_clients_pinned(doc: dict, models: list[dict]) -> list[str]:
     return sorted(set(problems))
 
 
-for _vendor in ("ascend", "metax", "musa", "nvidia"):
-    VENDOR_RULES.setdefault(_vendor, []).append(_hub_clients_pinned)
+def _deploy_mode_supported(doc: dict, models: list[dict]) -> list[str]:
+    """The vendor contract says which deployment modes the vendor has (Moore Threads: no image)."""
+    vendor = doc["fleet_accelerator"].get("vendor")
+    mode = doc.get("fleet_deploy_mode", "host")
+    modes = vendors.deploy_modes(vendor)
+    if mode not in modes:
+        return [f"fleet_deploy_mode = {mode!r}: {vendor} nodes have no {mode} deployment "
+                f"(deploy_modes of roles/{vendor}/vars/main.yml); accepted: {', '.join(modes)}"]
+    return []
+
+
+for _vendor in vendors.VENDORS:
+    VENDOR_RULES.setdefault(_vendor, []).extend([_deploy_mode_supported, _hub_clients_pinned])
 
 
 # ------------------------------------------------------------------ entry point

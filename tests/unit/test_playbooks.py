@@ -1,4 +1,4 @@
-"""Shape of the playbooks that site.yml imports."""
+"""Shape of the playbooks that site.yml imports, and of the vendor contract every vendor keeps."""
 
 from __future__ import annotations
 
@@ -7,27 +7,83 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vllm_fleet import vendors
+
 ROOT = Path(__file__).resolve().parents[2]
-VENDORS = {"ascend": "ascend-nodes", "metax": "metax-nodes", "musa": "musa-nodes", "nvidia": "nvidia-nodes"}
+#: What every vendor contract (roles/<vendor>/vars/main.yml) must say; docs/CONTRIBUTING-VENDOR.md explains each.
+CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "runtime", "driver", "doctor",
+                 "image", "container"}
+RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 
-def test_site_imports_validation_first_and_every_vendor():
-    site = yaml.safe_load((ROOT / "site.yml").read_text())
+def load(path: Path):
+    return yaml.safe_load(path.read_text())
+
+
+def test_site_validates_first_then_serves_every_vendor_in_one_play():
+    site = load(ROOT / "site.yml")
     imported = [play["ansible.builtin.import_playbook"] for play in site]
     assert imported[0] == "playbooks/validate.yml"
-    assert {f"playbooks/{v}.yml" for v in VENDORS} <= set(imported)
+    assert "playbooks/serve.yml" in imported
+    # No playbook per vendor: a run costs the slowest vendor, not the sum of them.
+    assert not [p for p in imported if Path(p).stem in vendors.VENDORS]
 
 
-@pytest.mark.parametrize("vendor", sorted(VENDORS))
-def test_vendor_plays_target_the_fleet_and_keep_to_their_group(vendor):
-    """A play whose hosts were one vendor's nodes alone would end the whole run (every
-    other vendor included) once all of them had failed; so each play targets `fleet`,
-    and its first role, `fleet`, sends the other nodes away."""
-    plays = yaml.safe_load((ROOT / "playbooks" / f"{vendor}.yml").read_text())
-    assert plays
-    for play in plays:
-        assert play["hosts"] == "fleet", play["name"]
-        first = play["roles"][0]
-        assert first["role"] == "fleet", play["name"]
-        assert first["vars"]["fleet_play_group"] == VENDORS[vendor], play["name"]
-        assert not play.get("pre_tasks"), f"{play['name']}: pre_tasks would run before the fleet role sends other nodes away"
+def test_the_serve_play_targets_the_fleet_and_lets_each_node_run_its_vendors_role():
+    """One play over `fleet` under the free strategy: each node goes on at its own pace,
+    and a vendor whose nodes all fail does not end the play for the other vendors."""
+    (play,) = load(ROOT / "playbooks" / "serve.yml")
+    assert play["hosts"] == "fleet"
+    assert play["strategy"] == "free"
+    assert play["roles"][0]["role"] == "fleet"
+    first = play["tasks"][0]["ansible.builtin.include_role"]
+    assert first["name"] == "{{ fleet_vendor.role }}"
+
+
+def test_validation_runs_before_the_fleet_role_loads_any_vendor():
+    (play,) = load(ROOT / "playbooks" / "validate.yml")
+    assert [r["role"] for r in play["roles"]] == ["validate_inventory"]
+    assert play["any_errors_fatal"] is True
+
+
+def test_the_vendor_list_is_the_facts_modules():
+    spec = load(ROOT / "vllm_fleet" / "data" / "inventory.schema.yml")
+    # The schema file names no vendor itself: validation fills the enum from vllm_fleet.vendors.
+    assert "enum" not in spec["$defs"]["accelerator"]["properties"]["vendor"]
+    from vllm_fleet import validation
+    assert validation.schema()["$defs"]["accelerator"]["properties"]["vendor"]["enum"] == list(vendors.VENDORS)
+    assert vendors.VENDORS == ("ascend", "metax", "musa", "nvidia")
+
+
+@pytest.mark.parametrize("vendor", vendors.VENDORS)
+def test_each_vendor_is_one_role_with_its_contract(vendor):
+    role = ROOT / "roles" / vendor
+    contract = load(role / "vars" / "main.yml")[f"{vendor}_contract"]
+    assert set(contract) == CONTRACT_KEYS, f"roles/{vendor}/vars/main.yml: {sorted(set(contract) ^ CONTRACT_KEYS)}"
+    assert contract["role"] == vendor
+    assert set(contract["runtime"]) == RUNTIME_KEYS
+    assert set(contract["deploy_modes"]) <= {"host", "container"} and "host" in contract["deploy_modes"]
+    assert contract["driver"]["healthy"] and "Critical" not in contract["driver"]["healthy"]
+    assert {"checks", "driver"} <= set(contract["doctor"])
+    assert {"tag", "pulled"} == set(contract["image"])
+    from vllm_fleet import validation
+    assert f"matrix_{vendor}" in validation.schema()["$defs"], "the vendor's matrix needs a schema"
+    # roles/fleet includes tasks/contract.yml publicly in every play: it must change nothing.
+    (task,) = load(role / "tasks" / "contract.yml")
+    assert task["ansible.builtin.meta"] == "noop"
+
+
+@pytest.mark.parametrize("vendor", vendors.VENDORS)
+def test_each_vendor_has_example_group_vars_and_a_lab(vendor):
+    example = ROOT / "inventories" / "example" / "group_vars" / vendors.group(vendor)
+    assert (example / "accelerator.yml").exists() and (example / "matrix.yml").exists()
+    assert load(example / "accelerator.yml")["fleet_accelerator"]["vendor"] == vendor
+    assert (ROOT / "lab" / "inventory" / "group_vars" / vendors.group(vendor) / "matrix.yml.j2").exists()
+    assert (ROOT / "lab" / "fixtures" / "hardware" / "profiles" / f"{vendor}.json").exists()
+
+
+def test_no_role_keeps_a_per_vendor_copy_of_the_contract():
+    """A shared role reads fleet_vendor; a vars/<vendor>.yml there would be a second home."""
+    for vendor in vendors.VENDORS:
+        copies = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "roles").glob(f"*/vars/{vendor}.yml"))
+        assert not copies, copies

@@ -211,8 +211,8 @@ def test_warmup_off_as_a_number_is_accepted(example):
 def test_container_mode_is_rejected(example):
     group(example)["fleet_deploy_mode"] = "container"
     assert problems_for(example) == [
-        f"host {HOST}: fleet_deploy_mode = 'container': Moore Threads nodes run AIModule's conda environment on "
-        "the node (seed 004 has no image); accepted: host"]
+        f"host {HOST}: fleet_deploy_mode = 'container': musa nodes have no container deployment "
+        "(deploy_modes of roles/musa/vars/main.yml); accepted: host"]
 
 
 def test_disabled_models_are_not_held_to_the_rules(example):

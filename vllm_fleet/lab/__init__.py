@@ -16,11 +16,11 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from vllm_fleet import PROJECT_DIR
+from vllm_fleet import PROJECT_DIR, vendors
 from vllm_fleet.lab import inventory, nodes, rootfs, www
 from vllm_fleet.lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
 
-VENDORS = ("ascend", "metax", "musa", "nvidia")
+VENDORS = vendors.VENDORS
 DEFAULT_LAB = "lab"
 
 

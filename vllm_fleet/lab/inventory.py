@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from vllm_fleet import vendors
 from vllm_fleet.lab import hardware
 from vllm_fleet.lab.paths import INVENTORY_TEMPLATES, LabPaths
 
@@ -35,6 +36,7 @@ def render_context(paths: LabPaths, nodes: list, manifest: dict) -> dict:
         "web": paths.web_url,
         "service_port": paths.service_port,
         "hardware": hardware.load_profile,
+        "vendors": vendors.VENDORS,
     }
 
 

@@ -1,0 +1,72 @@
+"""The accelerator vendors vllm-fleet supports: one list, one contract each.
+
+The list is the facts module's hardware table (``module_utils/vllm_fleet_accel.py``
+``VENDORS``: how a vendor's devices are found on a node), since a vendor the facts
+module cannot detect cannot be provisioned either. Everything else that needs the list
+reads it from here: the inventory schema's ``fleet_accelerator.vendor`` enum, the
+per-vendor rules, model resolution and the lab.
+
+Each vendor has one role, ``roles/<vendor>``, whose ``vars/main.yml`` holds its
+contract, ``<vendor>_contract``: how vLLM runs there, which groups open the devices,
+which variable limits a process to its devices, which driver states are healthy, what
+doctor compares, the container image. The roles read it as ``fleet_vendor`` (published
+by ``roles/fleet``); Python reads its plain (untemplated) entries through
+:func:`contract`. See docs/CONTRIBUTING-VENDOR.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from vllm_fleet import PROJECT_DIR
+
+ROLES_DIR = PROJECT_DIR / "roles"
+_ACCEL = PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py"
+
+
+@lru_cache(maxsize=1)
+def _hardware_table() -> dict:
+    # module_utils is not a Python package (Ansible ships it to nodes), so it is loaded by path.
+    spec = importlib.util.spec_from_file_location("vllm_fleet_accel", _ACCEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.VENDORS
+
+
+#: Every supported vendor, in the order of the hardware table.
+VENDORS: tuple[str, ...] = tuple(_hardware_table())
+
+
+def group(vendor: str) -> str:
+    """The inventory group of a vendor's nodes: ascend -> ascend-nodes."""
+    return f"{vendor}-nodes"
+
+
+def role_dir(vendor: str) -> Path:
+    return ROLES_DIR / vendor
+
+
+@lru_cache(maxsize=None)
+def contract(vendor: str) -> dict:
+    """The vendor's contract as written in roles/<vendor>/vars/main.yml.
+
+    Entries that are templates (paths, matrix versions) stay unrendered strings here;
+    Python uses the plain ones (deploy_modes, visible_devices_env, ...).
+    """
+    if vendor not in VENDORS:
+        raise KeyError(f"unknown vendor {vendor!r}; supported: {', '.join(VENDORS)}")
+    data = yaml.safe_load((role_dir(vendor) / "vars" / "main.yml").read_text()) or {}
+    return data[f"{vendor}_contract"]
+
+
+def visible_devices_env(vendor: str) -> str | None:
+    """The variable that limits a process to the model's devices on this vendor, if any."""
+    return contract(vendor).get("visible_devices_env") or None
+
+
+def deploy_modes(vendor: str) -> list[str]:
+    return list(contract(vendor).get("deploy_modes") or ["host"])
