@@ -145,13 +145,13 @@ def _read(path):
         return None
 
 
-def _attributes(spec, defaults):
+def _attributes(module, spec, defaults):
     """The file_args of AnsibleModule.set_fs_attributes_if_different, defaults filled in."""
-    args = dict(path=spec['path'], seuser=None, serole=None, selevel=None, setype=None, attributes=None)
+    params = {'path': spec['path']}
     for key in ('owner', 'group', 'mode'):
         value = spec.get(key)
-        args[key] = value if value is not None else defaults.get(key)
-    return args
+        params[key] = value if value is not None else defaults.get(key)
+    return module.load_file_common_arguments(params)
 
 
 def ensure_directory(module, spec):
@@ -164,7 +164,7 @@ def ensure_directory(module, spec):
         if not module.check_mode:
             os.makedirs(path)
     if not module.check_mode or not changed:
-        changed = module.set_fs_attributes_if_different(_attributes(spec, {}), changed)
+        changed = module.set_fs_attributes_if_different(_attributes(module, spec, {}), changed)
     return changed
 
 
@@ -203,7 +203,7 @@ def ensure_file(module, spec, diffs):
                     os.remove(tmp)
     if module.check_mode and before is None:
         return True
-    return module.set_fs_attributes_if_different(_attributes(spec, _DEFAULT_FILE), changed)
+    return module.set_fs_attributes_if_different(_attributes(module, spec, _DEFAULT_FILE), changed)
 
 
 def main():
