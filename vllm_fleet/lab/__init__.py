@@ -31,7 +31,7 @@ class LabError(RuntimeError):
 def _check_host() -> None:
     if os.geteuid() != 0:
         raise LabError("the lab needs root (it mounts overlays and boots systemd-nspawn containers)")
-    for tool in ("systemd-nspawn", "debootstrap", "ssh-keygen", "git"):
+    for tool in ("systemd-nspawn", "debootstrap", "ssh", "ssh-keygen", "git"):
         if shutil.which(tool) is None:
             raise LabError(f"{tool} is not installed: run scripts/setup")
 
@@ -79,6 +79,8 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
         if not nodes.is_running(paths, node):
             nodes.create_node(paths, node, base)
             nodes.start_node(paths, node)
+    # Before anything connects: ssh (Ansible's and run_on's) trusts only these keys.
+    nodes.write_known_hosts(paths, wanted)
     log(f"booting {len(wanted)} node(s): {', '.join(n.name for n in wanted)}")
     with ThreadPoolExecutor(max_workers=8) as pool:
         states = list(pool.map(lambda n: nodes.wait_ready(paths, n), wanted))

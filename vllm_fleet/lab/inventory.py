@@ -7,6 +7,7 @@ pinning the lab's commits and checksums.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import yaml
 
 from vllm_fleet import vendors
 from vllm_fleet.lab import hardware
+from vllm_fleet.lab.nodes import ssh_options
 from vllm_fleet.lab.paths import INVENTORY_TEMPLATES, LabPaths
 
 MARKER = ".vllm-fleet-lab"
@@ -33,6 +35,7 @@ def render_context(paths: LabPaths, nodes: list, manifest: dict) -> dict:
         "manifest": manifest,
         "versions": versions,
         "ssh_key": str(paths.ssh_key),
+        "ssh_common_args": shlex.join(ssh_options(paths)),
         "web": paths.web_url,
         "service_port": paths.service_port,
         "hardware": hardware.load_profile,

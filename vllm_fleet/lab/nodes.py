@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -21,8 +22,6 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import paramiko
 
 from vllm_fleet.lab import hardware
 from vllm_fleet.lab.paths import LabPaths
@@ -215,7 +214,7 @@ def wait_ready(paths: LabPaths, node: Node, timeout: float = 120) -> str:
             if state in ("running", "degraded"):
                 return state
             last_error = RuntimeError(f"systemd state {state!r}")
-        except (OSError, paramiko.SSHException, EOFError) as exc:
+        except OSError as exc:  # SSHError, TimeoutError
             last_error = exc
         time.sleep(0.5)
     console = node_dir(paths, node.name) / "console.log"
@@ -223,15 +222,68 @@ def wait_ready(paths: LabPaths, node: Node, timeout: float = 120) -> str:
     raise RuntimeError(f"node {node.name} did not come up on 127.0.0.1:{node.ssh_port}: {last_error}\n{tail}")
 
 
+#: What ssh says when the node ends a session that was already running a command.
+SESSION_CLOSED = re.compile(r"^Connection to \S+ closed by remote host", re.MULTILINE)
+
+
+class SSHError(ConnectionError):
+    """ssh could not run the command on the node: refused, unknown host key, login rejected."""
+
+
+def ssh_options(paths: LabPaths) -> list[str]:
+    """OpenSSH options for reaching the lab's nodes, shared by Ansible (the inventory's
+    ansible_ssh_common_args) and run_on: trust only the host keys `up` wrote, offer only
+    the lab's key, and skip compression on loopback."""
+    return ["-o", f"UserKnownHostsFile={paths.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "IdentitiesOnly=yes", "-o", "Compression=no"]
+
+
+def host_keys(paths: LabPaths, node: Node) -> list[str]:
+    """The node's public host keys (`ssh-keygen -A` made one per type) as "type base64"."""
+    keys = []
+    for pub in sorted((node_dir(paths, node.name) / "root/etc/ssh").glob("ssh_host_*_key.pub")):
+        keytype, blob = pub.read_text().split()[:2]
+        keys.append(f"{keytype} {blob}")
+    if not keys:
+        raise RuntimeError(f"node {node.name} has no SSH host key under {node_dir(paths, node.name) / 'root/etc/ssh'}")
+    return keys
+
+
+def known_hosts_lines(port: int, keys: list[str]) -> list[str]:
+    """known_hosts entries of a node on 127.0.0.1: OpenSSH names a host on a port other than
+    22 as [host]:port."""
+    return [f"[127.0.0.1]:{port} {key}" for key in keys]
+
+
+def write_known_hosts(paths: LabPaths, nodes: list[Node]) -> None:
+    """Write the lab's known_hosts from the nodes' host keys, replacing the previous one:
+    a node created again has new keys."""
+    lines = [line for node in nodes for line in known_hosts_lines(node.ssh_port, host_keys(paths, node))]
+    target = paths.known_hosts
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(f"# Host keys of lab {paths.name}'s nodes, written by `vllm-fleet lab up`.\n"
+                   + "\n".join(lines) + "\n")
+    tmp.replace(target)
+
+
 def run_on(paths: LabPaths, node: Node, command: str, timeout: float = 30) -> str:
-    """Run a command on a node over SSH (paramiko, like Ansible) and return stdout."""
-    client = paramiko.SSHClient()
-    # Lab nodes are ephemeral and only on loopback; their host keys change with every `lab up`.
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    client.connect("127.0.0.1", port=node.ssh_port, username="root", key_filename=str(paths.ssh_key),
-                   timeout=5, banner_timeout=5, auth_timeout=5, look_for_keys=False, allow_agent=False)
+    """Run a command on a node with the OpenSSH client (like Ansible) and return its stdout.
+
+    The command's exit status is not checked: callers read what it printed. Raises SSHError
+    when ssh fails (status 255) before the command ran, TimeoutError after `timeout` seconds.
+    """
+    argv = ["ssh", *ssh_options(paths), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+            # Never share (or leave behind) a master connection: nodes reboot under tests.
+            "-o", "ControlPath=none",
+            "-i", str(paths.ssh_key), "-p", str(node.ssh_port), "-l", "root", "--", "127.0.0.1", command]
     try:
-        _, stdout, _ = client.exec_command(command, timeout=timeout)
-        return stdout.read().decode()
-    finally:
-        client.close()
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              encoding="utf-8", errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"{node.name}: {command!r} still running after {timeout}s") from exc
+    # 255 is ssh's own failure (or a command that exits 255). A command that takes the node
+    # down (`systemctl reboot`) may lose its session: that is not a failure to run it.
+    if proc.returncode == 255 and not SESSION_CLOSED.search(proc.stderr):
+        raise SSHError(f"ssh to {node.name} (127.0.0.1:{node.ssh_port}) failed: {proc.stderr.strip()}")
+    return proc.stdout

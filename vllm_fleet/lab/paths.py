@@ -57,6 +57,11 @@ class LabPaths:
         return self.root / "ssh" / "id_ed25519"
 
     @property
+    def known_hosts(self) -> Path:
+        """The nodes' host keys, written by `up`: the only file that vouches for them."""
+        return self.root / "ssh" / "known_hosts"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
