@@ -11,11 +11,13 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
+# Ansible loads this file in every worker process that renders one of these filters, so
+# it imports only what those need; validation (jsonschema) is imported by its two filters.
 try:
-    from vllm_fleet import models, render, state, validation
+    from vllm_fleet import models, render, state
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from vllm_fleet import models, render, state, validation
+    from vllm_fleet import models, render, state
 
 
 def _plain(value):
@@ -33,6 +35,8 @@ def _plain(value):
 
 def fleet_inventory_problems(hostvars, hosts):
     """Every problem of the inventory for `hosts` (names), as sentences; [] if valid."""
+    from vllm_fleet import validation
+
     collected = {}
     for host in hosts:
         hv = hostvars[host]
@@ -48,6 +52,8 @@ def fleet_inventory_problems(hostvars, hosts):
 
 def fleet_placeholder_checksums(hostvars, hosts):
     """Sorted, unique `fleet_matrix...` paths that still carry a placeholder sha256."""
+    from vllm_fleet import validation
+
     found = set()
     for host in hosts:
         found.update(validation.placeholder_checksums(_plain(hostvars[host].get("fleet_matrix") or {})))
@@ -55,6 +61,8 @@ def fleet_placeholder_checksums(hostvars, hosts):
 
 
 def _role_names():
+    from vllm_fleet import validation
+
     return {role for role, _ in validation.role_options().values()}
 
 

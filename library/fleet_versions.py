@@ -248,6 +248,26 @@ msg:
   returned: always
   type: str
   sample: "9 components match the expected versions"
+interpreter:
+  description:
+    - The interpreter that was asked (for O(packages), O(python_version) or a O(git) entry
+      without C(path)); V(null) when none was.
+    - Install roles read C(found) to tell a missing environment from one with other versions.
+  returned: success
+  type: dict
+  contains:
+    found:
+      description: Whether the interpreter exists and listed its packages.
+      type: bool
+    error:
+      description: Why it could not be asked, or V(null).
+      type: str
+    executable:
+      description: The interpreter's C(sys.executable).
+      type: str
+    version:
+      description: Its Python version.
+      type: str
 """
 
 import json
@@ -401,7 +421,11 @@ def check(module):
 
     versions = [entry for entry, _mismatch in results]
     mismatches = [mismatch for _entry, mismatch in results if mismatch]
-    return versions, mismatches
+    interpreter = None
+    if probe is not None:
+        interpreter = {'found': 'error' not in probe, 'error': probe.get('error'),
+                       'executable': probe.get('executable'), 'version': probe.get('python_version')}
+    return versions, mismatches, interpreter
 
 
 # Keys of packages, git and files are component names chosen by the caller, so their
@@ -428,18 +452,18 @@ def main():
     if errors:
         module.fail_json(msg='invalid options:\n' + '\n'.join(errors))
 
-    versions, mismatches = check(module)
+    versions, mismatches, interpreter = check(module)
     if mismatches and params['fail_on_mismatch']:
         module.fail_json(
             msg='%d of %d components differ from the expected versions:\n%s'
                 % (len(mismatches), len(versions), '\n'.join(mismatches)),
-            versions=versions, mismatches=mismatches, changed=False)
+            versions=versions, mismatches=mismatches, interpreter=interpreter, changed=False)
     if mismatches:
         msg = '%d of %d components differ from the expected versions' % (
             len(mismatches), len(versions))
     else:
         msg = '%d components match the expected versions' % len(versions)
-    module.exit_json(changed=False, msg=msg, versions=versions, mismatches=mismatches)
+    module.exit_json(changed=False, msg=msg, versions=versions, mismatches=mismatches, interpreter=interpreter)
 
 
 if __name__ == '__main__':

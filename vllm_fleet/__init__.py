@@ -12,20 +12,19 @@ __version__ = "0.1.0"
 #: Root of the vllm-fleet project (the checkout holding site.yml).
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
-from vllm_fleet.api import (  # noqa: E402 - PROJECT_DIR above is what the API needs
-    EXIT_FAILED,
-    EXIT_INVALID_INVENTORY,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    HostResult,
-    PlanResult,
-    RunResult,
-    TaskFailure,
-    doctor,
-    plan,
-    provision,
-    verify,
-)
+_API = ("EXIT_FAILED", "EXIT_INVALID_INVENTORY", "EXIT_OK", "EXIT_UNREACHABLE", "HostResult", "PlanResult",
+        "RunResult", "TaskFailure", "doctor", "plan", "provision", "verify")
+
+
+def __getattr__(name: str):
+    # The API is imported on first use (PEP 562): the filter plugins import vllm_fleet's
+    # models and rendering in every Ansible worker, which must not pay for ansible-runner.
+    if name in _API:
+        from vllm_fleet import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'vllm_fleet' has no attribute {name!r}")
+
 
 __all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "RunResult", "HostResult", "TaskFailure",
            "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]

@@ -20,24 +20,27 @@ def load(path: Path):
     return yaml.safe_load(path.read_text())
 
 
-def test_site_validates_first_then_serves_every_vendor_in_one_play():
+def test_site_validates_first_then_converges_every_vendor_in_one_play():
     site = load(ROOT / "site.yml")
     imported = [play["ansible.builtin.import_playbook"] for play in site]
     assert imported[0] == "playbooks/validate.yml"
-    assert "playbooks/serve.yml" in imported
+    assert imported[1:] == ["playbooks/converge.yml"]
     # No playbook per vendor: a run costs the slowest vendor, not the sum of them.
     assert not [p for p in imported if Path(p).stem in vendors.VENDORS]
 
 
-def test_the_serve_play_targets_the_fleet_and_lets_each_node_run_its_vendors_role():
+def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_role():
     """One play over `fleet` under the free strategy: each node goes on at its own pace,
     and a vendor whose nodes all fail does not end the play for the other vendors."""
-    (play,) = load(ROOT / "playbooks" / "serve.yml")
+    (play,) = load(ROOT / "playbooks" / "converge.yml")
     assert play["hosts"] == "fleet"
     assert play["strategy"] == "free"
-    assert play["roles"][0]["role"] == "fleet"
-    first = play["tasks"][0]["ansible.builtin.include_role"]
-    assert first["name"] == "{{ fleet_vendor.role }}"
+    assert [r["role"] for r in play["roles"]] == ["fleet"]
+    steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in play["tasks"]]
+    assert [s["name"] for s in steps] == ["preflight", "node_base", "{{ fleet_vendor.role }}", "tiktoken_cache",
+                                          "model_fetch", "vllm_service", "report"]
+    # The vendor's role is chosen per node, at run time.
+    assert "ansible.builtin.include_role" in play["tasks"][2]
 
 
 def test_validation_runs_before_the_fleet_role_loads_any_vendor():
