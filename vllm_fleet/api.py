@@ -92,6 +92,8 @@ class RunResult:
     task_durations: dict[str, float] = field(default_factory=dict)
     #: Per host, in check mode: what a real run would first create, where the preview stopped.
     check_stopped: dict[str, str] = field(default_factory=dict)
+    #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
+    components: dict[str, list[dict]] = field(default_factory=dict)
 
     @property
     def invalid_inventory(self) -> bool:
@@ -129,6 +131,7 @@ class RunResult:
             "failures": [f.__dict__ for f in self.failures],
             "invalid_inventory": self.invalid_inventory, "problems": self.problems,
             "check_stopped": dict(sorted(self.check_stopped.items())),
+            "components": dict(sorted(self.components.items())),
             "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
         }
 
@@ -150,10 +153,31 @@ class RunResult:
                 continue
             what = "unreachable" if f.unreachable else "failed"
             lines.append(f"{f.host}: {what} at '{f.task}': {f.message}")
+        lines += components_table(self.components)
         for host, reason in sorted(self.check_stopped.items()):
             lines.append(f"{host}: check mode stopped previewing: {reason} (a real run does it first)")
         lines.append(f"artifacts: {self.artifacts_dir}")
         return "\n".join(lines)
+
+
+def components_table(components: dict[str, list[dict]]) -> list[str]:
+    """Doctor's comparison as a table: per host, each component with expected, installed and verdict."""
+    rows = [(host, r.get("component", ""), r.get("kind", ""),
+             "any" if r.get("expected") is None else str(r.get("expected")),
+             "-" if r.get("installed") in (None, "") else str(r.get("installed")),
+             "ok" if r.get("ok") else "DIFFERS", str(r.get("detail") or ""))
+            for host, host_rows in sorted(components.items()) for r in host_rows]
+    if not rows:
+        return []
+    head = ("HOST", "COMPONENT", "KIND", "EXPECTED", "INSTALLED", "VERDICT")
+    widths = [min(max(len(row[i]) for row in rows + [head]), 44) for i in range(len(head))]
+
+    def line(cells):
+        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    out = [line(head)]
+    out += [line(row[:-1]) + (f"  ({row[-1][:80]})" if row[5] != "ok" and row[-1] else "") for row in rows]
+    return out
 
 
 # ------------------------------------------------------------------ secrets
@@ -232,6 +256,7 @@ class _Collector:
         self.problems: list[str] = []
         self.task_durations: dict[str, float] = {}
         self.check_stopped: dict[str, str] = {}
+        self.components: dict[str, list[dict]] = {}
 
     def __call__(self, event: dict) -> bool:
         scrub(event, self.secrets)
@@ -256,6 +281,8 @@ class _Collector:
             facts = (data.get("res") or {}).get("ansible_facts") or {}
             if kind == "runner_on_ok" and "fleet_check_mode_stopped" in facts:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
+            if kind == "runner_on_ok" and isinstance(facts.get("doctor_report"), list):
+                self.components[data.get("host", "?")] = facts["doctor_report"]
             duration = data.get("duration")
             if isinstance(duration, (int, float)):
                 key = f"{data.get('role') + ' : ' if data.get('role') else ''}{data.get('task', '')}"
@@ -294,7 +321,8 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
         collector.consume(event)
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
-                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations, check_stopped=collector.check_stopped)
+                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations, check_stopped=collector.check_stopped,
+                     components=collector.components)
 
 
 # ------------------------------------------------------------------ running
@@ -355,7 +383,8 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
     return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=runner.status,
                      rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
-                     task_durations=collector.task_durations, check_stopped=collector.check_stopped)
+                     task_durations=collector.task_durations, check_stopped=collector.check_stopped,
+                     components=collector.components)
 
 
 def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> RunResult:

@@ -87,3 +87,16 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
         elif in_recap and not line.strip():
             in_recap = False
     return out
+
+
+def changed_tasks(stdout: str) -> dict[str, list[str]]:
+    """Per host, the names of the tasks that reported `changed` (default callback output)."""
+    out: dict[str, list[str]] = {}
+    task = None
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK ["):line.rindex("]")]
+        elif line.startswith("changed: [") and task:
+            host = line[len("changed: ["):].split("]")[0].split(" -> ")[0]
+            out.setdefault(host, []).append(task)
+    return out

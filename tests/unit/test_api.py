@@ -184,3 +184,26 @@ def test_check_mode_stops_are_reported_per_host():
     assert r.exit_code == api.EXIT_OK and r.hosts["a"].status == "changed"
     assert f"a: check mode stopped previewing: {reason} (a real run does it first)" in str(r)
     assert r.to_dict()["check_stopped"] == {"a": reason}
+
+
+def test_doctor_shows_what_it_compared_per_host():
+    rows = [{"component": "driver", "kind": "smi", "expected": "570.195.03", "installed": None, "ok": False,
+             "detail": "nvidia-smi fails: Driver/library version mismatch"},
+            {"component": "vllm", "kind": "package", "expected": "0.11.2", "installed": "0.11.2", "ok": True,
+             "detail": "installed in /opt/vllm-fleet/venv/lib/python3.11/site-packages"}]
+    events = [
+        {"event": "runner_on_ok", "event_data": {"host": "nvidia-01", "task": "Publish what was compared",
+                                                  "res": {"ansible_facts": {"doctor_report": rows}}}},
+        {"event": "playbook_on_stats", "event_data": {"ok": {"nvidia-01": 3}, "failures": {"nvidia-01": 1},
+                                                       "processed": {"nvidia-01": 1}}},
+    ]
+    r = api.result_from_events(events, playbook="playbooks/doctor.yml", rc=2)
+    assert r.components == {"nvidia-01": rows}
+    assert r.to_dict()["components"]["nvidia-01"][0]["expected"] == "570.195.03"
+    text = str(r).splitlines()
+    header = next(i for i, line in enumerate(text) if line.startswith("HOST") and "VERDICT" in line)
+    assert text[header].split() == ["HOST", "COMPONENT", "KIND", "EXPECTED", "INSTALLED", "VERDICT"]
+    driver, vllm = text[header + 1], text[header + 2]
+    assert driver.split()[:6] == ["nvidia-01", "driver", "smi", "570.195.03", "-", "DIFFERS"]
+    assert "Driver/library version mismatch" in driver
+    assert vllm.split() == ["nvidia-01", "vllm", "package", "0.11.2", "0.11.2", "ok"]

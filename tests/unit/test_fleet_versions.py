@@ -508,6 +508,21 @@ class TestEnvironment:
 
 
 class TestModule:
+    def test_it_says_whether_the_interpreter_was_found(self, env, tmp_path, capsys):
+        """Install roles tell a missing environment from one with other versions by this."""
+        code, result = run_module({'python': env.python, 'packages': {'torch': '2.7.1'}}, capsys)
+        assert code == 0 and result['interpreter']['found'] is True
+        assert result['interpreter']['version'] == '%d.%d.%d' % sys.version_info[:3]
+        missing = str(tmp_path / 'no-venv' / 'bin' / 'python')
+        code, result = run_module({'python': missing, 'packages': {'torch': '2.7.1'},
+                                   'fail_on_mismatch': False}, capsys)
+        assert code == 0
+        assert result['interpreter'] == {'found': False, 'error': 'python interpreter %s not found' % missing,
+                                         'executable': None, 'version': None}
+        code, result = run_module({'files': {'x': {'path': str(tmp_path / 'v'), 'key': 'V', 'expected': '1'}},
+                                   'fail_on_mismatch': False}, capsys)
+        assert result['interpreter'] is None
+
     def test_everything_matches(self, env, capsys):
         code, result = run_module(matching_args(env), capsys)
         assert code == 0, result
@@ -766,6 +781,6 @@ def test_documentation_matches_argument_spec():
         assert option.get('required', False) == spec[name].get('required', False), name
     assert (options['packages']['default'], options['fail_on_mismatch']['default']) == ({}, True)
     assert doc['examples'].strip()
-    assert set(doc['return']) == {'versions', 'mismatches', 'msg'}
+    assert set(doc['return']) == {'versions', 'mismatches', 'msg', 'interpreter'}
     assert set(doc['return']['versions']['contains']) == ROW_KEYS
     assert doc['doc']['attributes']['check_mode']['support'] == 'full'
