@@ -20,8 +20,9 @@ from vllm_fleet.lab.paths import FIXTURES_DIR
 HARDWARE_DIR = FIXTURES_DIR / "hardware"
 LAB_ETC = "etc/vllm-fleet-lab"
 DEVICES_UNIT = "vllm-fleet-lab-devices.service"
-# Arbitrary char-device majors from the range Linux reserves for local/experimental use.
-_MAJOR = {"ascend": 240, "metax": 241, "musa": 242, "nvidia": 195}
+# The profile's device_nodes.major: NVIDIA's real one, else one from the range Linux
+# reserves for local/experimental use (240 when a profile names none).
+_DEFAULT_MAJOR = 240
 
 
 def load_profile(vendor: str) -> dict:
@@ -33,9 +34,8 @@ def load_profile(vendor: str) -> dict:
 
 def device_nodes(profile: dict) -> list[tuple[str, int, int]]:
     """(path under /dev, major, minor) of every device node the profile declares."""
-    vendor = profile["vendor"]
-    major = _MAJOR.get(vendor, 240)
     spec = profile.get("device_nodes") or {}
+    major = int(spec.get("major", _DEFAULT_MAJOR))
     nodes = []
     patterns = _as_list(spec.get("per_device")) + _as_list(spec.get("per_device_extra"))
     for k, pattern in enumerate(patterns):
