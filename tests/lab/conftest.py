@@ -17,8 +17,11 @@ INVENTORY = ROOT / ".cache" / "itest" / "inventory"
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.lab)
-    # test_check_mode needs nodes that were never provisioned: it goes first.
-    items.sort(key=lambda item: 0 if item.module.__name__.endswith("test_check_mode") else 1)
+    # test_check_mode needs nodes that were never provisioned: it goes first. test_drift
+    # converges every node first (so that it starts from a known state): it goes last,
+    # since other tests need nodes that have not fetched everything yet.
+    order = {"test_check_mode": 0, "test_drift": 2}
+    items.sort(key=lambda item: order.get(item.module.__name__.rsplit(".", 1)[-1], 1))
 
 
 @pytest.fixture(scope="session")
