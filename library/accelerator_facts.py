@@ -13,6 +13,10 @@ description:
   - Reads the PCI tree, the device nodes and the vendor's management tool
     (C(npu-smi) for Huawei Ascend, C(mx-smi) for MetaX, C(mthreads-gmi) for Moore Threads,
     C(nvidia-smi) for NVIDIA) and returns what they say as C(ansible_facts.accelerators).
+  - On CPU inference nodes (O(vendor=cpu)) the devices are the NUMA nodes of
+    O(node_path), and C(cpu) tells the logical CPUs, the model name, the ISA extensions
+    vLLM's CPU build picks kernels by (C(avx2), C(avx512f), C(amx_bf16), ...) and the
+    memory, read from O(proc_path).
   - Counts only accelerator-class PCI functions (display controllers, class C(0x03),
     and processing accelerators, class C(0x12)), so companion functions such as a GPU's
     HDMI audio are not taken for accelerators.
@@ -30,8 +34,9 @@ options:
       - Accelerator vendor of the node.
       - When omitted, the vendor with the most accelerator functions in O(pci_path) is used.
       - Set it on hosts that carry cards of several vendors.
+      - V(cpu) is never detected, since a CPU node has no accelerator on PCI; give it.
     type: str
-    choices: [ascend, metax, musa, nvidia]
+    choices: [ascend, cpu, metax, musa, nvidia]
   pci_path:
     description:
       - Directory of PCI functions, one sub-directory per address holding C(vendor),
@@ -54,6 +59,16 @@ options:
       - Needs O(vendor) on a node where no accelerator is found on PCI, since the module
         could not know which tool it is.
     type: path
+  proc_path:
+    description:
+      - Where C(cpuinfo) and C(meminfo) are read from on CPU nodes.
+    type: path
+    default: /proc
+  node_path:
+    description:
+      - Directory of the NUMA nodes (C(node0), ... with C(cpulist) and C(meminfo)) on CPU nodes.
+    type: path
+    default: /sys/devices/system/node
 attributes:
   check_mode:
     support: full
@@ -249,12 +264,40 @@ ansible_facts:
               description: Device memory in use, in MiB.
               type: int
               sample: 3396
+            cpus:
+              description: On CPU nodes, the logical CPUs of the NUMA node.
+              type: list
+              elements: int
+              sample: [0, 1, 2, 3]
         health:
           description: V(OK) when every device is healthy, else the worst of V(Warning) and
             V(Critical); V(unknown) when the tool is unavailable or lists no device.
           returned: always
           type: str
           sample: OK
+        cpu:
+          description: On CPU nodes (O(vendor=cpu)) only.
+          returned: when vendor is cpu
+          type: dict
+          contains:
+            model_name:
+              description: The CPU's model name from C(/proc/cpuinfo).
+              type: str
+              sample: Intel(R) Xeon(R) Platinum 8480+
+            logical_cpus:
+              description: Logical CPUs the node has.
+              type: int
+              sample: 224
+            isa:
+              description: The ISA extensions vLLM's CPU build picks kernels by, among C(avx2), C(avx512f),
+                C(avx512_bf16), C(avx512_vnni), C(amx_bf16), C(amx_int8), C(amx_tile).
+              type: list
+              elements: str
+              sample: [avx2, avx512f, amx_bf16]
+            memory_mb:
+              description: The node's memory (C(MemTotal)) in MiB.
+              type: int
+              sample: 1031680
 """
 
 import os
@@ -268,6 +311,7 @@ from ansible.module_utils.vllm_fleet_accel import (
     find_device_nodes,
     overall_health,
     parse_npu_smi_keyvalues,
+    read_cpu,
     scan_pci,
 )
 
@@ -319,6 +363,8 @@ def ascend_firmware(module, path, devices):
 def gather(module):
     """Collect the facts; the only side effect is running the vendor tool read-only."""
     params = module.params
+    if params['vendor'] == 'cpu':
+        return read_cpu(params['proc_path'], params['node_path'])
     functions = scan_pci(params['pci_path'])
     vendor = params['vendor'] or detect_vendor(functions)
 
@@ -388,6 +434,8 @@ def main():
             pci_path=dict(type='path', default='/sys/bus/pci/devices'),
             dev_path=dict(type='path', default='/dev'),
             smi_path=dict(type='path'),
+            proc_path=dict(type='path', default='/proc'),
+            node_path=dict(type='path', default='/sys/devices/system/node'),
         ),
         supports_check_mode=True,
     )

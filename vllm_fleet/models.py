@@ -184,7 +184,9 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             m["port"] = next_port
             used_ports[next_port] = m["name"]
 
-    # Pass 3: devices, explicit first, then consecutive free blocks.
+    # Pass 3: devices, explicit first, then consecutive free blocks. On vendors whose models
+    # share the node's devices (CPU nodes: NUMA nodes), every model counts from device 0.
+    shared = vendor in vendors.VENDORS and vendors.shared_devices(vendor)
     owner: dict[int, str] = {}
     for m in active:
         need = parallel_size(m["serve"])
@@ -195,7 +197,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             problems.append(f"model {m['name']}: devices {missing} do not exist; fleet_accelerator.count is {count} "
                             f"(devices 0-{count - 1})")
         for d in m["devices"]:
-            if d in owner and d not in missing:
+            if d in owner and d not in missing and not shared:
                 problems.append(f"model {m['name']}: device {d} is already given to model {owner[d]}; "
                                 "device sets of models on one host must not overlap")
             owner.setdefault(d, m["name"])
@@ -206,7 +208,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
         if m["_explicit_devices"]:
             continue
         need = parallel_size(m["serve"])
-        free = [d for d in range(count) if d not in owner]
+        free = [d for d in range(count) if shared or d not in owner]
         if need > count:
             problems.append(f"model {m['name']}: needs {need} devices (tensor x pipeline x data parallel sizes) "
                             f"but fleet_accelerator.count is {count}")

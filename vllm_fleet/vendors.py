@@ -29,12 +29,17 @@ _ACCEL = PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py"
 
 
 @lru_cache(maxsize=1)
-def _hardware_table() -> dict:
+def accel():
+    """module_utils/vllm_fleet_accel.py: the facts module's hardware table and readers."""
     # module_utils is not a Python package (Ansible ships it to nodes), so it is loaded by path.
     spec = importlib.util.spec_from_file_location("vllm_fleet_accel", _ACCEL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.VENDORS
+    return module
+
+
+def _hardware_table() -> dict:
+    return accel().VENDORS
 
 
 #: Every supported vendor, in the order of the hardware table.
@@ -70,3 +75,8 @@ def visible_devices_env(vendor: str) -> str | None:
 
 def deploy_modes(vendor: str) -> list[str]:
     return list(contract(vendor).get("deploy_modes") or ["host"])
+
+
+def shared_devices(vendor: str) -> bool:
+    """Whether the models of a node share its devices (CPU nodes' NUMA nodes) rather than each get its own."""
+    return bool(contract(vendor).get("shared_devices"))

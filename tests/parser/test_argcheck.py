@@ -52,12 +52,12 @@ def test_wheel_requirements_leave_out_gpu_packages_extras_and_foreign_markers(tm
     assert all(left_out.values())  # each says why
 
 
-@pytest.mark.parametrize("release", ["0.11.2", "0.10.1.1", "0.8.5.post1"])
+@pytest.mark.parametrize("release", ["0.11.2", "0.10.1.1", "0.8.5.post1", "0.32.0+cpu"])
 def test_release_names_accepted(release):
     assert argcheck._check_release(release) == release
 
 
-@pytest.mark.parametrize("release", ["", "0.11", "latest", "0.11.2; rm -rf /", "../0.11.2", 0.11])
+@pytest.mark.parametrize("release", ["", "0.11", "latest", "0.11.2; rm -rf /", "../0.11.2", 0.11, "0.32.0+cu128"])
 def test_release_names_rejected(release):
     with pytest.raises(ValueError, match="expected a vLLM release"):
         argcheck._check_release(release)

@@ -41,7 +41,9 @@ def pinned_release(host_vars: dict) -> str:
     # Ascend pins a development commit and names the release separately; others pin the release.
     release = vllm.get("release") or vllm.get("version")
     assert release, "fleet_matrix.vllm has neither `release` nor `version`"
-    return str(release)
+    # CPU nodes run vLLM's CPU build of the release, whose parser is judged in that build.
+    cpu = (host_vars.get("fleet_accelerator") or {}).get("vendor") == "cpu"
+    return f"{release}+cpu" if cpu else str(release)
 
 
 def fork_keys(host_vars: dict) -> list[str]:

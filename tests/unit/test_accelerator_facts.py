@@ -813,7 +813,7 @@ class TestModule:
     def test_unknown_vendor_is_refused(self, capsys):
         code, result = run_module({'vendor': 'intel'}, capsys)
         assert code == 1
-        assert 'vendor' in result['msg'] and 'ascend, metax, musa, nvidia' in result['msg']
+        assert 'vendor' in result['msg'] and 'ascend, cpu, metax, musa, nvidia' in result['msg']
 
 
 # ---------------------------------------------------------------------------
@@ -847,15 +847,16 @@ def test_documentation_matches_argument_spec_and_facts(tmp_path, capsys, monkeyp
                           cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
     doc = json.loads(proc.stdout)['accelerator_facts']
     options = doc['doc']['options']
-    assert set(options) == {'vendor', 'pci_path', 'dev_path', 'smi_path'}
+    assert set(options) == {'vendor', 'pci_path', 'dev_path', 'smi_path', 'proc_path', 'node_path'}
     assert options['vendor']['choices'] == sorted(accel.VENDORS)
     assert options['pci_path']['default'] == '/sys/bus/pci/devices'
     assert options['dev_path']['default'] == '/dev'
     assert doc['examples'].strip()
 
     documented = doc['return']['ansible_facts']['contains']['accelerators']['contains']
-    assert set(documented) == FACT_KEYS
-    assert set(documented['devices']['contains']) == DEVICE_KEYS
+    assert set(documented) == FACT_KEYS | {'cpu'}
+    assert set(documented['devices']['contains']) == DEVICE_KEYS | {'cpus'}
+    assert set(documented['cpu']['contains']) == {'model_name', 'logical_cpus', 'isa', 'memory_mb'}
     assert set(documented['smi']['contains']) == {'tool', 'path', 'available', 'rc', 'error'}
     assert set(documented['pci_devices']['contains']) == {'address', 'vendor_id', 'device_id',
                                                           'family'}
@@ -864,3 +865,62 @@ def test_documentation_matches_argument_spec_and_facts(tmp_path, capsys, monkeyp
     facts = facts_of(node.module_args(), capsys, monkeypatch, node)
     assert set(facts['smi']) == set(documented['smi']['contains'])
     assert set(facts['pci_devices'][0]) == set(documented['pci_devices']['contains'])
+
+
+# ---------------------------------------------------------------------------
+# CPU nodes: NUMA nodes as devices, cores, ISA and memory from /proc and sysfs
+# ---------------------------------------------------------------------------
+CPUINFO = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8
+
+processor\t: 2
+processor\t: 3
+"""
+
+
+def cpu_node(tmp_path, numa=(("0-1", 4096), ("2-3", 4096))):
+    proc = tmp_path / 'proc'
+    proc.mkdir()
+    (proc / 'cpuinfo').write_text(CPUINFO)
+    (proc / 'meminfo').write_text('MemTotal:        8388608 kB\nMemFree:  1 kB\n')
+    nodes = tmp_path / 'node'
+    nodes.mkdir()
+    for i, (cpus, mb) in enumerate(numa):
+        (nodes / f'node{i}').mkdir()
+        (nodes / f'node{i}' / 'cpulist').write_text(cpus + '\n')
+        (nodes / f'node{i}' / 'meminfo').write_text(f'Node {i} MemTotal:       {mb * 1024} kB\n')
+    (nodes / 'online').write_text('0-1\n')
+    return {'vendor': 'cpu', 'proc_path': str(proc), 'node_path': str(nodes)}
+
+
+class TestCpu:
+    def test_numa_nodes_are_the_devices(self, tmp_path, capsys):
+        code, result = run_module(cpu_node(tmp_path), capsys)
+        assert code == 0, result
+        facts = result['ansible_facts']['accelerators']
+        assert set(facts) == FACT_KEYS | {'cpu'}
+        assert facts['vendor'] == 'cpu' and facts['count'] == 2 and facts['health'] == 'OK'
+        assert facts['model'] == os.uname().machine
+        assert [(d['index'], d['cpus'], d['memory_total_mb']) for d in facts['devices']] == [
+            (0, [0, 1], 4096), (1, [2, 3], 4096)]
+        assert facts['cpu'] == {'model_name': 'Intel(R) Xeon(R) Platinum 8480+', 'logical_cpus': 4,
+                                'isa': ['avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_int8', 'amx_tile'],
+                                'memory_mb': 8192}
+        assert facts['smi']['available'] is True and facts['pci_devices'] == []
+
+    def test_a_container_without_numa_in_sysfs_is_one_node(self, tmp_path, capsys):
+        args = cpu_node(tmp_path, numa=())
+        code, result = run_module(args, capsys)
+        facts = result['ansible_facts']['accelerators']
+        assert facts['count'] == 1 and facts['devices'][0]['cpus'] == [0, 1, 2, 3]
+        assert facts['devices'][0]['memory_total_mb'] == 8192
+
+    @pytest.mark.parametrize('text, cpus', [('0-3,8,10-11', [0, 1, 2, 3, 8, 10, 11]), ('', []),
+                                            ('5', [5]), ('x,2', [2])])
+    def test_cpu_lists(self, text, cpus):
+        assert accel.parse_cpulist(text) == cpus

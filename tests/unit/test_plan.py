@@ -62,11 +62,25 @@ def test_every_host_gets_its_units_without_contact(host_plan):
     units = sorted(str(p.relative_to(host_plan)) for p in host_plan.rglob("*.service"))
     assert units == [
         "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service",
+        "cpu-01/etc/systemd/system/vllm-bge-m3.service",
+        "cpu-01/etc/systemd/system/vllm-qwen3-0.6b.service",
         "metax-01/etc/systemd/system/vllm-gpt-oss-20b.service",
         "metax-01/etc/systemd/system/vllm-qwen3-4b.service",
         *[f"musa-01/etc/systemd/system/vllm-{name}.service" for name in MUSA_ENABLED],
         "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service",
     ]
+
+
+def test_cpu_units_run_the_venv_vllm_with_the_cpu_backends_environment(host_plan):
+    unit = (host_plan / "cpu-01/etc/systemd/system/vllm-bge-m3.service").read_text()
+    argv = exec_start(unit)
+    assert argv[0] == "/opt/vllm-fleet/bin/vllm-fleet-launch" and argv[1] == "--"
+    assert argv[2:5] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/bge-m3"]
+    assert argv[argv.index("--runner"):argv.index("--runner") + 4] == ["--runner", "pooling", "--convert", "embed"]
+    assert "SupplementaryGroups" not in unit
+    env = (host_plan / "cpu-01/etc/vllm-fleet/vllm-bge-m3.env").read_text()
+    assert "VLLM_CPU_KVCACHE_SPACE=4\n" in env and "VLLM_CPU_OMP_THREADS_BIND=auto\n" in env
+    assert "VISIBLE_DEVICES" not in env
 
 
 def test_ascend_unit_carries_every_flag_of_seed_001(host_plan):

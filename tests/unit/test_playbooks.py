@@ -11,8 +11,8 @@ from vllm_fleet import vendors
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What every vendor contract (roles/<vendor>/vars/main.yml) must say; docs/CONTRIBUTING-VENDOR.md explains each.
-CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "runtime", "driver", "doctor",
-                 "image", "container"}
+CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "shared_devices", "packages",
+                 "runtime", "driver", "doctor", "image", "container"}
 RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 
@@ -55,7 +55,7 @@ def test_the_vendor_list_is_the_facts_modules():
     assert "enum" not in spec["$defs"]["accelerator"]["properties"]["vendor"]
     from vllm_fleet import validation
     assert validation.schema()["$defs"]["accelerator"]["properties"]["vendor"]["enum"] == list(vendors.VENDORS)
-    assert vendors.VENDORS == ("ascend", "metax", "musa", "nvidia")
+    assert vendors.VENDORS == ("ascend", "metax", "musa", "nvidia", "cpu")
 
 
 @pytest.mark.parametrize("vendor", vendors.VENDORS)

@@ -56,7 +56,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     base = rootfs.ensure_rootfs(log=log)
 
     log(f"building the lab's mirrors (git, pip index, artifacts) for {paths.web_url}")
-    manifest = www.build(paths, log=log)
+    manifest = www.build(paths, log=log, vendors=vendors)
     # Restarted on every `up`, so a changed fixture server is what the nodes talk to.
     www.stop_server(paths)
     www.start_server(paths)

@@ -109,8 +109,8 @@ def _write_pci_tree(profile: dict, pci_dir: Path) -> None:
     if pci_dir.exists():
         shutil.rmtree(pci_dir)
     pci_dir.mkdir(parents=True)
-    pci = profile["pci"]
-    for bus_id in profile["bus_ids"][: profile["count"]]:
+    pci = profile.get("pci") or {}
+    for bus_id in profile.get("bus_ids", [])[: profile["count"]]:
         dev = pci_dir / bus_id.lower()
         dev.mkdir()
         (dev / "vendor").write_text(pci["vendor_id"] + "\n")

@@ -40,6 +40,8 @@ def render_context(paths: LabPaths, nodes: list, manifest: dict) -> dict:
         "service_port": paths.service_port,
         "hardware": hardware.load_profile,
         "vendors": vendors.VENDORS,
+        # CPU nodes are this machine's CPU: its facts, as the facts module reads them.
+        "cpu": vendors.accel().read_cpu(),
     }
 
 

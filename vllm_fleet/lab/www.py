@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet.lab import artifacts, metax, musa, nvidia
+from vllm_fleet.lab import artifacts, cpu, metax, musa, nvidia
 from vllm_fleet.lab.paths import FIXTURES_DIR, INVENTORY_TEMPLATES, LabPaths
 
 WEB_SCRIPT = FIXTURES_DIR / "services" / "labweb.py"
@@ -31,8 +31,12 @@ def lab_matrix_versions() -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def build(paths: LabPaths, log=print) -> dict:
-    """Build the web root into a fresh directory, swap it in, return the manifest."""
+def build(paths: LabPaths, log=print, vendors=()) -> dict:
+    """Build the web root into a fresh directory, swap it in, return the manifest.
+
+    A lab with CPU nodes also gets the CPU pip index (vLLM's real CPU build) and the tiny
+    real models they serve.
+    """
     new = paths.root / "www.new"
     if new.exists():
         shutil.rmtree(new)
@@ -67,8 +71,14 @@ def build(paths: LabPaths, log=print) -> dict:
     # NVIDIA: an apt repository with the driver's and the container toolkit's packages.
     manifest.setdefault("apt", {}).update(nvidia.publish(new, paths, versions))
 
+    # CPU nodes: vLLM's real CPU build in a pip index of its own, and real tiny models.
+    models_dirs = [MODELS_DIR]
+    if "cpu" in vendors:
+        manifest["pypi_cpu"] = cpu.publish(new, paths.web_url, versions["cpu"]["vllm"], log=log)
+        models_dirs.append(cpu.tiny_models(log=log))
+
     # Model hub: the tiny models over the Hugging Face, ModelScope and git-lfs protocols.
-    manifest["hub"] = build_hub(new)
+    manifest["hub"] = build_hub(new, models_dirs)
     manifest["hub_endpoints"] = hub_endpoints(paths.web_url)
 
     _write_sha256sums(new / "artifacts")
@@ -104,7 +114,7 @@ def hub_endpoints(web_url: str) -> dict:
             "git_url_prefix": f"{web_url}/modelscope-git"}
 
 
-def build_hub(www_dir: Path, models_dir: Path = MODELS_DIR) -> dict:
+def build_hub(www_dir: Path, models_dirs=(MODELS_DIR,)) -> dict:
     """Publish every model fixture under ``www_dir/hub``; return the manifest's ``hub`` section.
 
     Per repository ``hub/<org>/<name>/`` holds the files (with the ``.gitattributes``
@@ -123,8 +133,8 @@ def build_hub(www_dir: Path, models_dir: Path = MODELS_DIR) -> dict:
     index: dict = {"version": 1, "repos": {}}
     section: dict = {}
     # A model has a config.json, a LoRA adapter (PEFT's layout) an adapter_config.json.
-    for src in sorted(p for p in models_dir.iterdir()
-                      if (p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
+    for src in sorted((p for d in models_dirs for p in Path(d).iterdir()
+                       if (p / "config.json").is_file() or (p / "adapter_config.json").is_file()), key=lambda p: p.name):
         repo_id = hub.repo_id_of_fixture(src.name)
         published = hub_dir / repo_id
         shutil.copytree(src, published, ignore=ignore)
