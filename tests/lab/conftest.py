@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAB = "itest"
+# VLLM_FLEET_LAB_PREFIX names the labs apart when two checkouts run the suite at once.
+LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "itest"
 INVENTORY = ROOT / ".cache" / "itest" / "inventory"
 
 
