@@ -41,7 +41,7 @@ def fleet_inventory_problems(hostvars, hosts):
     for host in hosts:
         hv = hostvars[host]
         wanted = set(validation.fleet_variables()) | set(validation.role_options())
-        wanted |= {"ansible_host", "ansible_port"}
+        wanted |= {"ansible_host", "ansible_port", "group_names"}
         names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
         collected[host] = {k: _plain(hv[k]) for k in names}
     try:

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import yaml
+
 from vllm_fleet import PROJECT_DIR
 
 EXIT_OK = 0
@@ -63,9 +65,13 @@ class HostResult:
     skipped: int = 0
     rescued: int = 0
     ignored: int = 0
+    #: When validation refused the inventory: True for a host with problems, False for one without.
+    invalid: bool | None = None
 
     @property
     def status(self) -> str:
+        if self.invalid is not None:
+            return "invalid" if self.invalid else "valid"
         if self.unreachable:
             return "unreachable"
         if self.failed:
@@ -95,13 +101,24 @@ class RunResult:
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
 
+    def __post_init__(self):
+        # Validation stops the run at its first host (the assert runs once): the recap would
+        # show that host failed and the others ok. Say instead which hosts have problems.
+        if self.problems:
+            for host, r in self.hosts.items():
+                r.invalid = any(p.startswith(f"host {host}:") for p in self.problems)
+
     @property
     def invalid_inventory(self) -> bool:
         return bool(self.problems)
 
     @property
+    def invalid_hosts(self) -> list[str]:
+        return sorted(h for h, r in self.hosts.items() if r.invalid)
+
+    @property
     def failed_hosts(self) -> list[str]:
-        return sorted(h for h, r in self.hosts.items() if r.failed and not r.unreachable)
+        return sorted(h for h, r in self.hosts.items() if r.failed and not r.unreachable and r.invalid is None)
 
     @property
     def unreachable_hosts(self) -> list[str]:
@@ -129,7 +146,7 @@ class RunResult:
             "duration_s": round(self.duration, 1), "artifacts_dir": self.artifacts_dir,
             "hosts": {h: {**r.__dict__, "status": r.status} for h, r in sorted(self.hosts.items())},
             "failures": [f.__dict__ for f in self.failures],
-            "invalid_inventory": self.invalid_inventory, "problems": self.problems,
+            "invalid_inventory": self.invalid_inventory, "invalid_hosts": self.invalid_hosts, "problems": self.problems,
             "check_stopped": dict(sorted(self.check_stopped.items())),
             "components": dict(sorted(self.components.items())),
             "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
@@ -156,7 +173,8 @@ class RunResult:
         lines += components_table(self.components)
         for host, reason in sorted(self.check_stopped.items()):
             lines.append(f"{host}: check mode stopped previewing: {reason} (a real run does it first)")
-        lines.append(f"artifacts: {self.artifacts_dir}")
+        if self.artifacts_dir:
+            lines.append(f"artifacts: {self.artifacts_dir}")
         return "\n".join(lines)
 
 
@@ -325,6 +343,56 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
                      components=collector.components)
 
 
+# ------------------------------------------------------------------ inventory files
+
+class _InventoryLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that accepts Ansible's own tags (!vault, !unsafe, ...) as plain values."""
+
+
+_InventoryLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def inventory_files(inventory: Path) -> list[Path]:
+    """The YAML files Ansible reads for an inventory: the file (or a directory's files) and group_vars/host_vars."""
+    base = inventory if inventory.is_dir() else inventory.parent
+    files = [inventory] if inventory.is_file() else sorted(p for p in inventory.iterdir() if p.is_file())
+    for sub in ("group_vars", "host_vars"):
+        if (base / sub).is_dir():
+            files += sorted(p for p in (base / sub).rglob("*") if p.is_file())
+    # Ansible's YAML inventory and vars plugins read these; others (ini, scripts, .j2) are not ours to judge.
+    return [p for p in files if p.suffix in (".yml", ".yaml", ".json", "") and not p.name.startswith(".")]
+
+
+def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
+    """YAML syntax errors of the inventory's files, each with file, line and column; [] when all parse.
+
+    Checked here, before ansible-runner starts, because Ansible reports a broken
+    group_vars file as a failed run (exit 2) and not as an invalid inventory.
+    Vault-encrypted files are skipped (their syntax is checked once decrypted by Ansible).
+    """
+    root = Path(inventory)
+    base = root if root.is_dir() else root.parent
+    problems = []
+    for path in inventory_files(root):
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"inventory file {path.relative_to(base)}: cannot be read: {exc}")
+            continue
+        if text.lstrip().startswith("$ANSIBLE_VAULT"):
+            continue
+        try:
+            list(yaml.load_all(text, Loader=_InventoryLoader))  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+            context = getattr(exc, "context", None)
+            problems.append(f"inventory file {path.relative_to(base)}{where}: YAML syntax error: {what}"
+                            + (f" ({context})" if context else "") + "; nothing was run")
+    return problems
+
+
 # ------------------------------------------------------------------ running
 
 def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | None = None,
@@ -339,6 +407,10 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
         inventory_path = (Path.cwd() / inventory_path) if (Path.cwd() / inventory_path).exists() else PROJECT_DIR / inventory_path
     if not inventory_path.exists():
         raise FileNotFoundError(f"inventory {inventory} does not exist")
+    syntax = inventory_syntax_problems(inventory_path)
+    if syntax:
+        return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status="invalid",
+                         rc=EXIT_INVALID_INVENTORY, problems=syntax, started=time.time())
     pdd = Path(private_data_dir) if private_data_dir else Path(tempfile.mkdtemp(prefix="vllm-fleet-run-"))
     pdd.mkdir(parents=True, exist_ok=True)
     secret_values = _secret_values(secrets)

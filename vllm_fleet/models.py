@@ -111,6 +111,21 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     base_port = base_port if isinstance(base_port, int) and not isinstance(base_port, bool) else DEFAULT_BASE_PORT
     problems: list[str] = []
     resolved: list[dict] = []
+    from vllm_fleet.render import env_file  # noqa: PLC0415 - render imports nothing from here
+
+    def env_problem(env: dict | None) -> str | None:
+        try:
+            env_file({k: env_value(v) for k, v in (env or {}).items() if v is not None})
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    # Shared environments are checked once and blamed where they are written, not on each model.
+    if isinstance(serve_env, dict) and (problem := env_problem(serve_env)):
+        problems.append(f"fleet_serve_env: {problem}")
+    for kind, prof in (launch_profiles or {}).items():
+        if isinstance(prof, dict) and isinstance(prof.get("env"), dict) and (problem := env_problem(prof["env"])):
+            problems.append(f"fleet_launch_profiles.{kind}.env: {problem}")
 
     # Pass 1: merge flags and environment.
     for i, model in enumerate(models or []):
@@ -131,11 +146,9 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
         serve = {k: v for k, v in serve.items() if v is not None and k not in RESERVED_FLAGS}
         env = {k: env_value(v) for k, v in {**(serve_env or {}), **(prof.get("env") or {}), **(model.get("env") or {})}.items()
                if v is not None}
-        from vllm_fleet.render import env_file  # noqa: PLC0415 - render imports nothing from here
-        try:
-            env_file(env)
-        except ValueError as exc:
-            problems.append(f"{where}.env: {exc}")
+        own_env = model.get("env")
+        if isinstance(own_env, dict) and (problem := env_problem(own_env)):
+            problems.append(f"{where}.env: {problem}")
         for secret_name, secret_value in (model.get("secret_env") or {}).items():
             try:
                 env_file({secret_name: secret_value})

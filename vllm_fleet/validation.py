@@ -115,7 +115,8 @@ def _format_error(err: jsonschema.ValidationError) -> str:
     elif isinstance(err.instance, str) and err.validator == "type" and _numeric(err.instance):
         hint = (" (extra vars given as -e key=value are strings: pass numbers as JSON, "
                 "e.g. -e '{\"name\": 100}')")
-    return f"{path} = {_describe(err.instance)}: expected {accepted}{hint}"
+    shown = _masked(err.instance) if _is_secret_path(err.absolute_path) else _describe(err.instance)
+    return f"{path} = {shown}: expected {accepted}{hint}"
 
 
 def _lookup_description(err: jsonschema.ValidationError, key: str) -> str | None:
@@ -170,7 +171,8 @@ def role_variable_problems(host_vars: dict) -> list[str]:
         if role:
             candidates = [o for o, (r, _) in options.items() if r == role]
             close = difflib.get_close_matches(name, candidates, n=1)
-            problems.append(f"{name} = {_describe(value)}: not a variable of role {role}"
+            shown = _masked(value) if SECRET_NAME.search(name) else _describe(value)
+            problems.append(f"{name} = {shown}: not a variable of role {role}"
                             + (f" (did you mean {close[0]!r}?)" if close else "")
                             + f"; the role's variables are listed in roles/{role}/meta/argument_specs.yml")
     if provided:
@@ -182,8 +184,147 @@ def role_variable_problems(host_vars: dict) -> list[str]:
             name = next((n for n in provided if f"'{n}'" in message or n in message), None)
             if name and "choices" in options[name][1]:
                 message += f" (accepted: {', '.join(map(str, options[name][1]['choices']))})"
-            problems.append(f"{name + ' = ' + _describe(provided[name]) + ': ' if name else ''}{message}")
+            if name and SECRET_NAME.search(name):
+                shown = _masked(provided[name])
+                message = message.replace(str(provided[name]), MASK)
+            else:
+                shown = _describe(provided[name]) if name else ""
+            problems.append(f"{name + ' = ' + shown + ': ' if name else ''}{message}")
     return problems
+
+
+# ------------------------------------------------------------------ secrets, paths, users, ports, groups
+
+#: Variables (and keys at any depth) whose values are secrets: never echoed in a message.
+SECRET_NAME = re.compile(r"token|api_?key|password|passwd|secret|credential|private_key", re.I)
+MASK = "********"
+
+
+def _is_secret_path(parts) -> bool:
+    return any(isinstance(p, str) and SECRET_NAME.search(p) for p in parts)
+
+
+def _masked(value: Any) -> str:
+    """`_describe` for a secret: its kind, never its value."""
+    return f"{MASK} ({_describe(value).rsplit('(', 1)[-1]}"
+
+
+def secret_values(host_vars: dict) -> list[str]:
+    """Every string value under a variable or key named like a secret, longest first."""
+    found: set[str] = set()
+
+    def walk(value, secret: bool):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, secret or bool(SECRET_NAME.search(str(k))))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v, secret)
+        elif secret and value is not None and not isinstance(value, bool) and len(str(value)) >= 4:
+            found.add(str(value))
+
+    walk(host_vars, False)
+    return sorted(found, key=len, reverse=True)
+
+
+def mask_secrets(problems: list[str], secrets: list[str]) -> list[str]:
+    """Problems with every secret value replaced by the mask (behind the per-rule masking)."""
+    out = []
+    for problem in problems:
+        for secret in secrets:
+            problem = problem.replace(secret, MASK)
+        out.append(problem)
+    return out
+
+
+#: Directories vllm-fleet must never take over (chown/chmod) as its own: the system's.
+SYSTEM_DIRS = frozenset([
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt", "/opt",
+    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin", "/usr/lib", "/usr/lib64",
+    "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/sbin", "/usr/share", "/var", "/var/cache", "/var/lib",
+    "/var/log", "/var/tmp", "/var/spool", "/var/opt", "/snap"])
+#: Accounts of the system (Debian's base-passwd and common daemons): never the service user.
+SYSTEM_ACCOUNTS = frozenset([
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "_apt", "sshd", "messagebus", "systemd-network", "systemd-resolve",
+    "systemd-timesync", "systemd-coredump", "polkitd", "syslog", "uuidd", "tcpdump", "dnsmasq", "avahi", "postfix",
+    "ntp", "chrony", "_chrony", "statd", "tss", "usbmux", "rtkit", "colord", "pulse", "lightdm", "gdm", "dbus",
+    "adm", "operator", "halt", "shutdown", "ftp", "docker", "HwHiAiUser"])
+_TEMPLATED = re.compile(r"\{\{|\{%")
+
+
+def _path_parts_problems(name: str, value: Any) -> list[str]:
+    """`..` in any path-like value under `name` (keys path/*_path/*_dir, at any depth)."""
+    problems = []
+
+    def walk(value, where, pathlike):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                key = str(k)
+                walk(v, f"{where}.{key}", key == "path" or key.endswith(("_path", "_dir")))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]", pathlike)
+        elif pathlike and isinstance(value, str) and not _TEMPLATED.search(value) and ".." in value.split("/"):
+            problems.append(f"{where} = {value!r}: a path with '..' may leave the directory it names; accepted: a "
+                            "path without '..' components (write the directory it leads to)")
+
+    walk(value, name, name.endswith(("_dir", "_path")))
+    return problems
+
+
+def path_problems(host_vars: dict) -> list[str]:
+    """`..` in paths of fleet and role variables; directories vllm-fleet owns set to a system directory."""
+    problems = []
+    for name in sorted(host_vars):
+        value = host_vars[name]
+        problems += _path_parts_problems(name, value)
+        if name.endswith("_dir") and isinstance(value, str) and value.startswith("/") and not _TEMPLATED.search(value):
+            normal = "/" + "/".join(p for p in value.split("/") if p not in ("", "."))
+            if normal in SYSTEM_DIRS:
+                problems.append(f"{name} = {value!r} is a system directory, which vllm-fleet would take over (owner "
+                                "and mode of its own directories); accepted: a directory of its own below it, e.g. "
+                                f"{normal.rstrip('/')}/vllm-fleet" + (" or /home/models" if "models" in name else ""))
+    return problems
+
+
+def service_user_problems(host_vars: dict) -> list[str]:
+    user = host_vars.get("fleet_service_user")
+    if isinstance(user, str) and (user in SYSTEM_ACCOUNTS or user.startswith("systemd-")):
+        return [f"fleet_service_user = {user!r} is {'root' if user == 'root' else 'a system account'}; the models run "
+                "as an unprivileged account of their own, which vllm-fleet creates (nologin) and owns its "
+                "directories; accepted: a user name only vllm-fleet uses, e.g. 'vllm'"]
+    return []
+
+
+#: Ports below this one need privileges the model units do not have (they run unprivileged).
+FIRST_UNPRIVILEGED_PORT = 1024
+
+
+def model_port_problems(host_vars: dict, models: list[dict]) -> list[str]:
+    problems = []
+    ssh = host_vars.get("ansible_port", 22)
+    for m in models:
+        port = m.get("port")
+        if not m.get("enabled") or not isinstance(port, int) or isinstance(port, bool):
+            continue
+        if port == ssh:
+            problems.append(f"model {m['name']}: port {port} is the node's own SSH port (ansible_port = {ssh}); "
+                            "accepted: a port no other service of the node listens on")
+        elif port < FIRST_UNPRIVILEGED_PORT:
+            problems.append(f"model {m['name']}: port {port} is a privileged port (below {FIRST_UNPRIVILEGED_PORT}), "
+                            f"which the unprivileged service user cannot listen on; accepted: "
+                            f"{FIRST_UNPRIVILEGED_PORT}-65535, e.g. 8000")
+    return problems
+
+
+def vendor_group_problems(host_vars: dict) -> list[str]:
+    """A node is of one vendor: it belongs to at most one `<vendor>-nodes` group."""
+    groups = [g for g in host_vars.get("group_names") or [] if g in {f"{v}-nodes" for v in vendors.VENDORS}]
+    if len(groups) > 1:
+        return [f"is in the vendor groups {' and '.join(sorted(groups))}; a node has one vendor, and which group's "
+                "settings it gets would depend on group order; accepted: the host in one <vendor>-nodes group only"]
+    return []
 
 
 # ------------------------------------------------------------------ per-vendor rules
@@ -596,8 +737,11 @@ def host_document(host_vars: dict) -> dict:
 
 def validate_host(host: str, host_vars: dict) -> tuple[list[str], list[dict]]:
     doc = host_document(host_vars)
-    problems = schema_problems(doc)
+    problems = vendor_group_problems(host_vars)
+    problems += schema_problems(doc)
     problems += role_variable_problems(host_vars)
+    problems += path_problems(host_vars)
+    problems += service_user_problems(host_vars)
     models: list[dict] = []
     if isinstance(doc.get("fleet_models", []), list) and isinstance(doc.get("fleet_accelerator"), dict):
         models, model_problems = resolve_models(
@@ -605,11 +749,12 @@ def validate_host(host: str, host_vars: dict) -> tuple[list[str], list[dict]]:
             serve_defaults=doc.get("fleet_serve_defaults"), serve_env=doc.get("fleet_serve_env"),
             launch_profiles=doc.get("fleet_launch_profiles"), base_port=doc.get("fleet_serve_base_port"))
         problems += model_problems
+        problems += model_port_problems(host_vars, models)
         vendor = doc["fleet_accelerator"].get("vendor")
         active = [m for m in models if m["enabled"]]
         for rule in VENDOR_RULES.get(vendor, []):
             problems += rule(doc, active)
-    return [f"host {host}: {p}" for p in problems], models
+    return [f"host {host}: {p}" for p in mask_secrets(problems, secret_values(host_vars))], models
 
 
 PLACEHOLDER_SHA256 = re.compile(r"^0{60}[0-9a-f]{4}$")
