@@ -38,6 +38,19 @@ Command line::
 It prints the results as JSON and exits 0 when every line is accepted, 1 when one is
 rejected, 2 when the parser could not be prepared (the message says which step and why).
 
+Typed serve options (`describe`): validation checks every model's `serve` parameters on
+the controller, where vLLM is not installed, against a description of each pinned
+release's ``vllm serve`` options shipped in ``vllm_fleet/data/serve_options.json``: per
+option its flags, type (int, float, str, json, bool), choices, nargs and boolean style
+(``optional``: --x/--no-x; ``store_true``; ``store_false``). It is generated from the
+real parsers, for every release the example inventory and the lab pin (`pinned_releases`),
+by ONE command::
+
+    python -m vllm_fleet.argcheck --describe                     # rewrites vllm_fleet/data/serve_options.json
+    python -m vllm_fleet.argcheck --describe 0.11.2 --output -   # one release, to stdout
+
+tests/parser/test_serve_options.py regenerates it and fails when it differs from the shipped file.
+
 Where wheels come from (shared by all releases, under the same cache directory):
 
 * ``argcheck/wheelhouse/`` -- the vLLM wheels, the CPU torch wheel and every dependency
@@ -523,9 +536,77 @@ def check(release: str, argvs: list[list[str]], *, fork_compilation_keys=(), **k
     return results
 
 
+SERVE_OPTIONS_FILE = Path(__file__).resolve().parent / "data" / "serve_options.json"
+
+
+def pinned_releases() -> list[str]:
+    """Every vLLM release whose parser judges a pinned line: the example inventory's and the lab's.
+
+    Ascend pins `fleet_matrix.vllm.release` (its vLLM is a commit), the others `.version`;
+    CPU nodes run vLLM's CPU build, judged as `<version>+cpu`.
+    """
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    found = set()
+    for matrix in sorted((root / "inventories" / "example" / "group_vars").glob("*-nodes/matrix.yml")):
+        vllm = (yaml.safe_load(matrix.read_text()) or {}).get("fleet_matrix", {}).get("vllm") or {}
+        release = str(vllm.get("release") or vllm.get("version"))
+        found.add(f"{release}+cpu" if matrix.parent.name == "cpu-nodes" else release)
+    versions = yaml.safe_load((root / "lab" / "inventory" / "versions.yml").read_text()) or {}
+    for vendor, pins in versions.items():
+        release = (pins or {}).get("vllm_release") or (pins or {}).get("vllm") if isinstance(pins, dict) else None
+        if release:
+            found.add(f"{release}+cpu" if vendor == "cpu" else str(release))
+    return sorted(found, key=lambda r: [int(x) if x.isdigit() else x for x in re.split(r"[.+]", r)])
+
+
+def describe(release: str, *, cache_dir: str | os.PathLike | None = None, offline: bool | None = None,
+             timeout: float = 900) -> dict:
+    """The release's `vllm serve` options as its own parser declares them: {vllm_version, options}."""
+    env_dir = prepare(_check_release(release), cache_dir=cache_dir, offline=offline)
+    with tempfile.TemporaryDirectory(prefix="vllm-fleet-argcheck-") as tmp:
+        out = Path(tmp) / "describe.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VLLM_", "PIP_"))}
+        env.update(_CHECKER_ENV, HOME=tmp, VLLM_CACHE_ROOT=str(Path(tmp) / "vllm-cache"))
+        cmd = [str(env_dir / "venv" / "bin" / "python"), "-I", str(Path(__file__).resolve()), "--inner-describe",
+               str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=timeout)
+        report = json.loads(out.read_text()) if out.exists() else {}
+    if proc.returncode != 0 or "options" not in report:
+        detail = report.get("setup_error") or "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+        raise ArgcheckError(f"the vllm {release} parser could not be described (exit {proc.returncode}):\n{detail}")
+    return {"vllm_version": report["vllm_version"], "options": report["options"]}
+
+
+def describe_all(releases: list[str] | None = None, **kwargs) -> dict:
+    """The document of vllm_fleet/data/serve_options.json for `releases` (default: `pinned_releases`)."""
+    return {"generated_by": "python -m vllm_fleet.argcheck --describe",
+            "releases": {r: describe(r, **kwargs) for r in (releases or pinned_releases())}}
+
+
+def dump_descriptions(doc: dict) -> str:
+    """JSON with one line per option, so a regenerated file diffs option by option."""
+    lines = ["{", f'  "generated_by": {json.dumps(doc["generated_by"])},', '  "releases": {']
+    releases = list(doc["releases"].items())
+    for i, (release, body) in enumerate(releases):
+        lines.append(f'    {json.dumps(release)}: {{"vllm_version": {json.dumps(body["vllm_version"])}, "options": {{')
+        options = sorted(body["options"].items())
+        for j, (name, spec) in enumerate(options):
+            comma = "," if j < len(options) - 1 else ""
+            lines.append(f"      {json.dumps(name)}: {json.dumps(spec, sort_keys=True)}{comma}")
+        lines.append("    }}" + ("," if i < len(releases) - 1 else ""))
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vllm_fleet.argcheck", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--release", required=True, help="vLLM release whose parser decides, e.g. 0.11.2")
+    parser.add_argument("--release", help="vLLM release whose parser decides, e.g. 0.11.2")
+    parser.add_argument("--describe", nargs="*", metavar="RELEASE",
+                        help="describe the serve options of these releases (default: every pinned one) as JSON")
+    parser.add_argument("--output", default=str(SERVE_OPTIONS_FILE),
+                        help="where --describe writes ('-' = stdout; default: the package's serve_options.json)")
     parser.add_argument("--json", dest="json_file", help="file with a JSON list of argv lists ('-' = stdin)")
     parser.add_argument("--prepare-only", action="store_true", help="build the release's environment and stop")
     parser.add_argument("--offline", action="store_true", default=None, help="never use the network")
@@ -534,7 +615,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="a --compilation-config key of the vendor's fork, left out of the check (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="argcheck: %(message)s", stream=sys.stderr)
+    if args.describe is None and not args.release:
+        parser.error("--release is required (or --describe)")
     try:
+        if args.describe is not None:
+            text = dump_descriptions(describe_all(args.describe or None, cache_dir=args.cache_dir,
+                                                  offline=args.offline))
+            if args.output == "-":
+                print(text, end="")
+            else:
+                Path(args.output).write_text(text)
+                print(f"wrote {args.output}", file=sys.stderr)
+            return 0
         if args.prepare_only:
             print(prepare(args.release, cache_dir=args.cache_dir, offline=args.offline))
             return 0
@@ -715,6 +807,107 @@ def _parse_one(parser, cmds: dict, argv: list[str], records: _Records) -> dict:
     return {"ok": error is None, "error": error, "warnings": warnings, "dropped_keys": dropped}
 
 
+def _converts(convert, text: str):
+    """(True, value) when the option's type accepts `text`, else (False, None)."""
+    try:
+        return True, convert(text)
+    except BaseException:  # noqa: BLE001 - type converters raise anything (argparse catches them too)
+        return False, None
+
+
+def _value_type(action) -> dict:
+    """What an option's value is, told by trying its type converter on sample values.
+
+    vLLM's types are closures (optional_type(int), human_readable_int, parse_type(config
+    classes), ...) whose names say little; what they accept is what matters.
+    """
+    convert = action.type or str
+    if isinstance(convert, str):  # argparse also allows a registered type name
+        convert = str
+    ok_word, _ = _converts(convert, "abc")
+    ok_obj, obj = _converts(convert, "{}")
+    if ok_obj and not isinstance(obj, (str, int, float)):
+        return {"type": "json"}
+    ok_bool, value = _converts(convert, "true")
+    if ok_bool and isinstance(value, bool):
+        return {"type": "bool", "bool": "value"}
+    if ok_word:
+        return {"type": "str"}
+    ok_int, value = _converts(convert, "1")
+    ok_float, fvalue = _converts(convert, "1.5")
+    if ok_float and isinstance(fvalue, float):
+        return {"type": "float"}
+    if ok_int and isinstance(value, int):
+        spec = {"type": "int"}
+        if _converts(convert, "1k")[0]:
+            spec["human"] = True  # 1k, 32K, 1M...
+        return spec
+    return {"type": "str"}
+
+
+def _describe_serve(subparser) -> dict:
+    """{flag name in snake_case: {flags, type, choices, nargs, bool}} of every option of `vllm serve`."""
+    options = {}
+    for action in subparser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if not longs or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        kind = type(action).__name__
+        if isinstance(action, argparse.BooleanOptionalAction) or kind == "BooleanOptionalAction":
+            spec = {"type": "bool", "bool": "optional"}
+            longs = [o for o in longs if not o.startswith("--no-")]
+        elif isinstance(action, argparse._StoreTrueAction):
+            spec = {"type": "bool", "bool": "store_true"}
+        elif isinstance(action, argparse._StoreFalseAction):
+            spec = {"type": "bool", "bool": "store_false"}
+        elif isinstance(action, (argparse._StoreConstAction, argparse._AppendConstAction, argparse._CountAction)):
+            spec = {"type": "flag"}
+        else:
+            spec = _value_type(action)
+            if action.choices is not None:
+                try:
+                    spec["choices"] = sorted({str(c) for c in action.choices})
+                except TypeError:
+                    pass
+            if action.nargs is not None:
+                spec["nargs"] = action.nargs
+        spec["flags"] = sorted(action.option_strings)
+        for name in longs:
+            options[name[2:].replace("-", "_")] = spec
+    return options
+
+
+def _setup_parser(report: dict):
+    """vLLM's `vllm` parser with its serve subcommand, as `vllm.entrypoints.cli.main` builds it."""
+    flexible_cls, report["parser_class"] = _import_first([
+        ("vllm.utils.argparse_utils", "FlexibleArgumentParser"),  # from 0.11.2 (checked)
+        ("vllm.utils", "FlexibleArgumentParser"),  # 0.10.x and 0.11.0
+    ])
+    report["platform"] = _pin_cpu_platform()
+    argparse.ArgumentParser.error = _raise_parser_error
+    parser = flexible_cls(prog="vllm", description="vLLM CLI")
+    cmds, report["serve_from"] = _serve_commands(parser)
+    import vllm
+
+    report["vllm_version"] = getattr(vllm, "__version__", "unknown")
+    return parser, cmds
+
+
+def _inner_describe(output_path: str) -> int:
+    report: dict = {}
+    try:
+        _parser, cmds = _setup_parser(report)
+        report["options"] = _describe_serve(cmds["serve"][1])
+    except BaseException:  # report the reason to the host instead of a bare traceback
+        import traceback
+
+        report["setup_error"] = traceback.format_exc()
+        Path(output_path).write_text(json.dumps(report))
+        return 3
+    Path(output_path).write_text(json.dumps(report))
+    return 0
+
+
 def _inner_main(input_path: str, output_path: str) -> int:
     report: dict = {"python": sys.version.split()[0]}
     started = time.monotonic()
@@ -748,6 +941,8 @@ def _inner_main(input_path: str, output_path: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--inner-describe":
+        sys.exit(_inner_describe(sys.argv[2]))
     if len(sys.argv) == 4 and sys.argv[1] == "--inner":
         sys.exit(_inner_main(sys.argv[2], sys.argv[3]))
     sys.exit(main())
