@@ -196,7 +196,22 @@ def role_variable_problems(host_vars: dict) -> list[str]:
 # ------------------------------------------------------------------ secrets, paths, users, ports, groups
 
 #: Variables (and keys at any depth) whose values are secrets: never echoed in a message.
-SECRET_NAME = re.compile(r"token|api_?key|password|passwd|secret|credential|private_key", re.I)
+_SECRET_WORDS = re.compile(r"token(?!iz)|api_?key|password|passwd|secret|credential|private_key", re.I)
+#: Names with "token" that count tokens (max_num_batched_tokens, ...) and are no secrets.
+_TOKEN_COUNTS = re.compile(r"max_|num_|_len|batched|budget|count", re.I)
+
+
+class _SecretName:
+    """Matches variable names of secrets: *token*, *api_key*, *password*, *secret* (not tokenizer_*, *_tokens counts)."""
+
+    @staticmethod
+    def search(name: str) -> bool:
+        return bool(_SECRET_WORDS.search(name)) and not (
+            "token" in name.lower() and not re.search(r"api_?key|password|passwd|secret", name, re.I)
+            and _TOKEN_COUNTS.search(name))
+
+
+SECRET_NAME = _SecretName()
 MASK = "********"
 
 
@@ -220,8 +235,8 @@ def secret_values(host_vars: dict) -> list[str]:
         elif isinstance(value, (list, tuple)):
             for v in value:
                 walk(v, secret)
-        elif secret and value is not None and not isinstance(value, bool) and len(str(value)) >= 4:
-            found.add(str(value))
+        elif secret and isinstance(value, str) and len(value) >= 4:
+            found.add(value)
 
     walk(host_vars, False)
     return sorted(found, key=len, reverse=True)
