@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "faults"
 INVENTORY = ROOT / ".cache" / "faults" / "inventory"
 HERE = Path(__file__).resolve().parent
-ORDER = ["test_download", "test_interrupted", "test_service"]
+ORDER = ["test_download", "test_interrupted", "test_service", "test_disk_full"]
 
 
 def pytest_collection_modifyitems(items):
