@@ -172,5 +172,15 @@ def run(name: str, node_name: str, command: str, timeout: float = 60) -> str:
     return nodes.run_on(paths, _find(paths, node_name), command, timeout=timeout)
 
 
+def set_faults(name: str, faults: dict) -> None:
+    """Make the lab's web server misbehave for some paths (the fault battery; see www.set_faults)."""
+    www.set_faults(lab_paths(name), faults)
+
+
+def faults(name: str) -> dict:
+    """The faults set on the lab's web server, with how often each one struck (``hits``)."""
+    return www.faults(lab_paths(name))
+
+
 def manifest(name: str = DEFAULT_LAB) -> dict:
     return json.loads(lab_paths(name).manifest.read_text())

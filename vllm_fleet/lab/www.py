@@ -191,6 +191,26 @@ def _write_sha256sums(art_dir: Path) -> None:
 
 # ------------------------------------------------------------------ server
 
+def faults_file(paths: LabPaths) -> Path:
+    """The faults the server injects (labweb.py's Faults), outside the web root."""
+    return paths.root / "web-faults.json"
+
+
+def set_faults(paths: LabPaths, faults: dict) -> None:
+    """Replace the injected faults ({url path: {"mode": "cut" | "wrong" | "slow", ...}}); {} for none."""
+    tmp = faults_file(paths).with_suffix(".new")
+    tmp.write_text(json.dumps(faults))
+    os.replace(tmp, faults_file(paths))
+
+
+def faults(paths: LabPaths) -> dict:
+    """The injected faults as the server left them (with each one's ``hits``)."""
+    try:
+        return json.loads(faults_file(paths).read_text())
+    except FileNotFoundError:
+        return {}
+
+
 def _pidfile(paths: LabPaths) -> Path:
     return paths.root / "web.pid"
 
@@ -221,7 +241,8 @@ def start_server(paths: LabPaths) -> None:
         raise RuntimeError(f"port {paths.web_port} on 127.0.0.1 is taken by another program; "
                            "choose another --port-base for this lab")
     log = open(paths.root / "web.log", "ab")
-    proc = subprocess.Popen([sys.executable, str(WEB_SCRIPT), "--root", str(paths.www), "--port", str(paths.web_port)],
+    proc = subprocess.Popen([sys.executable, str(WEB_SCRIPT), "--root", str(paths.www), "--port", str(paths.web_port),
+                             "--faults", str(faults_file(paths))],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     _pidfile(paths).write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + 10
