@@ -3,7 +3,7 @@
     import vllm_fleet
     result = vllm_fleet.provision("inventories/lab", limit="ascend-nodes")
     print(result)                      # per-host table
-    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory
+    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory / 130 interrupted
     result.hosts["ascend-01"].changed  # counts per host
     result.failures                    # each failed task with its host and message
     result.artifacts_dir               # ansible-runner's artifacts of the run
@@ -37,6 +37,8 @@ EXIT_OK = 0
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 3
 EXIT_INVALID_INVENTORY = 4
+#: The run was interrupted (Ctrl-C): the shell's 128 + SIGINT.
+EXIT_INTERRUPTED = 130
 MASK = "********"
 
 EventHandler = Callable[[dict], Any]
@@ -130,9 +132,11 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """0 success; 4 the inventory is invalid; 3 a host was unreachable; 2 a host failed."""
+        """0 success; 4 the inventory is invalid; 130 interrupted; 3 a host was unreachable; 2 a host failed."""
         if self.problems:
             return EXIT_INVALID_INVENTORY
+        if self.status == "canceled":
+            return EXIT_INTERRUPTED
         if self.unreachable_hosts:
             return EXIT_UNREACHABLE
         if self.failed_hosts or self.rc != 0:

@@ -207,3 +207,12 @@ def test_doctor_shows_what_it_compared_per_host():
     assert driver.split()[:6] == ["nvidia-01", "driver", "smi", "570.195.03", "-", "DIFFERS"]
     assert "Driver/library version mismatch" in driver
     assert vllm.split() == ["nvidia-01", "vllm", "package", "0.11.2", "0.11.2", "ok"]
+
+
+def test_an_interrupted_run_exits_130_even_with_failed_hosts():
+    # Ctrl-C reaches ansible-playbook too: its hosts end failed, the runner's status is "canceled".
+    r = api.RunResult(playbook="site.yml", inventory="i", limit=None, check=False, status="canceled", rc=2,
+                      hosts={"a": api.HostResult(host="a", failed=1)})
+    assert r.exit_code == api.EXIT_INTERRUPTED == 130
+    assert api.RunResult(playbook="site.yml", inventory="i", limit=None, check=False, status="failed", rc=2,
+                         hosts={"a": api.HostResult(host="a", failed=1)}).exit_code == api.EXIT_FAILED
