@@ -44,6 +44,8 @@ def serve_argv(model: dict, executable: str = "vllm") -> list[str]:
     argv = [executable, "serve", str(model["path"])]
     argv += flag_values("served_model_name", list(model["served_model_name"]))
     argv += flag_values("port", model["port"])
+    if model.get("listen"):
+        argv += flag_values("host", model["listen"])
     for key, value in model["serve"].items():
         argv += flag_values(key, value)
     return argv
@@ -151,8 +153,12 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
         # The container sees only the model's devices, numbered from 0; the host's numbers
         # in the environment file would name devices it does not have (-e wins over --env-file).
         argv += ["-e", f"{visible}=" + ",".join(str(i) for i in range(len(model["devices"])))]
-    argv += ["-p", f"{model['port']}:{model['port']}", image]
-    inner = dict(model)
+    # Published on the model's listen address only; inside its own network namespace the
+    # engine listens on every interface of the container (its loopback is not the host's).
+    listen = model.get("listen") or "127.0.0.1"
+    published = f"[{listen}]" if ":" in listen else listen
+    argv += ["-p", f"{published}:{model['port']}:{model['port']}", image]
+    inner = dict(model, listen="0.0.0.0")
     if models_dir and mount:
         inner["path"] = container_model_path(model["path"], models_dir, mount)
         if "lora_modules" in model["serve"]:
