@@ -122,7 +122,7 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
     """`<runtime> run ...` of a container-mode unit.
 
     `settings` (the vendor's, from the play) holds: options (run options such as
-    --ipc=host), device_pattern ("/dev/davinci{index}", one per device of the
+    --ipc=host), privileged (add --privileged), device_pattern ("/dev/davinci{index}", one per device of the
     model), gpus (docker's --gpus with the model's devices, for the NVIDIA
     Container Toolkit), visible_devices_env (the variable that numbers the devices
     a process sees, reset to the container's own numbering), control_devices,
@@ -134,6 +134,9 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
     """
     name = model["unit"]
     argv = [runtime, "run", "--rm", "--name", name, *settings.get("options", [])]
+    if settings.get("privileged"):
+        # Opt-in only (vllm_service_container_privileged): the devices are passed one by one below.
+        argv.append("--privileged")
     pattern = settings.get("device_pattern")
     if pattern:
         argv += [f"--device={pattern.format(index=i)}" for i in model["devices"]]

@@ -133,8 +133,8 @@ def test_container_unit_line_by_line(container_plan):
     image = "vllm-fleet/vllm-ascend:275de3417065-37d8fecc4437"
     assert argv[:5] == ["docker", "run", "--rm", "--name", "vllm-gpt-oss-120b"]
     run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
-    # Seed 001's docker run: -u 0 --ipc=host --privileged, every NPU and control device...
-    assert run[5:9] == ["-u", "0", "--ipc=host", "--privileged"]
+    # Seed 001's docker run: -u 0 --ipc=host (--privileged only when asked for), every NPU and control device...
+    assert run[5:9] == ["-u", "0", "--ipc=host", "--device=/dev/davinci0"] and "--privileged" not in run
     assert [a for a in run if a.startswith("--device=")] == (
         [f"--device=/dev/davinci{i}" for i in range(8)]
         + ["--device=/dev/davinci_manager", "--device=/dev/devmm_svm", "--device=/dev/hisi_hdc"])
