@@ -67,10 +67,12 @@ def _role_names():
 
 
 def fleet_resolve_models(fleet_models, accelerator, serve_defaults=None, serve_env=None,
-                         launch_profiles=None, base_port=None):
+                         launch_profiles=None, base_port=None, listen=None, api_key=False, unauthenticated=False):
+    # api_key: whether the group has a fleet_serve_api_key (a boolean, never the key).
     resolved, problems = models.resolve_models(
         _plain(fleet_models), _plain(accelerator), serve_defaults=_plain(serve_defaults),
-        serve_env=_plain(serve_env), launch_profiles=_plain(launch_profiles), base_port=base_port)
+        serve_env=_plain(serve_env), launch_profiles=_plain(launch_profiles), base_port=base_port,
+        listen=_plain(listen), api_key=bool(api_key), unauthenticated=bool(unauthenticated))
     if problems:
         raise AnsibleFilterError("fleet_resolve_models: " + "; ".join(problems))
     return resolved

@@ -10,6 +10,7 @@ roles' templates and `vllm-fleet plan` all call it, so there is one source of tr
 from __future__ import annotations
 
 import copy
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,52 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
                 "q": "quantization", "o": "compilation_config"}
 #: Flags the resolver sets itself from other model fields; writing them in `serve` is an error.
-RESERVED_FLAGS = {"port": "port", "model": "path", "model_tag": "path", "lora_modules": "lora_adapters"}
+RESERVED_FLAGS = {"port": "port", "model": "path", "model_tag": "path", "lora_modules": "lora_adapters",
+                  "host": "listen", "api_key": "secret_env.VLLM_API_KEY"}
 DEFAULT_BASE_PORT = 8000
+#: The same flags in a group's serve defaults or profiles, and where they belong instead.
+_GROUP_RESERVED = {"host": "fleet_serve_listen (or a model's listen)",
+                   "api_key": "fleet_serve_api_key (a secret: --secrets FILE, secrets= or ansible-vault)"}
+#: Where a model listens unless its group (fleet_serve_listen) or itself (listen) says otherwise.
+DEFAULT_LISTEN = "127.0.0.1"
+
+
+def is_loopback(address: str) -> bool:
+    """True for addresses only this node reaches (127.0.0.0/8, ::1); False for anything else,
+    the wildcards 0.0.0.0 and :: included (they listen on every interface)."""
+    try:
+        return ipaddress.ip_address(str(address)).is_loopback
+    except ValueError:
+        return False
+
+
+def access(model: dict, listen: Any = None, api_key: bool = False, unauthenticated: bool = False) -> dict:
+    """Where a model listens and how it is protected: its own `listen`, `unauthenticated` and
+    secret_env.VLLM_API_KEY over its group's (fleet_serve_listen, whether fleet_serve_api_key
+    is set, fleet_serve_unauthenticated). `valid`: the listen address is an IP address."""
+    own_listen = model.get("listen")
+    address = own_listen if isinstance(own_listen, str) and own_listen else (
+        listen if isinstance(listen, str) and listen else DEFAULT_LISTEN)
+    try:
+        ipaddress.ip_address(address)
+        valid = True
+    except ValueError:
+        valid = False
+    secret = model.get("secret_env") if isinstance(model.get("secret_env"), dict) else {}
+    own_open = model.get("unauthenticated")
+    return {"listen": address, "valid": valid, "api_key": bool(api_key) or "VLLM_API_KEY" in secret,
+            "unauthenticated": bool(unauthenticated if own_open is None else own_open)}
+
+
+def local_url(listen: str, port: Any) -> str:
+    """The URL at which a client on the node itself reaches a model listening on `listen`."""
+    try:
+        ip = ipaddress.ip_address(str(listen))
+    except ValueError:
+        ip = ipaddress.ip_address(DEFAULT_LISTEN)
+    if ip.is_unspecified:
+        ip = ipaddress.ip_address("::1" if ip.version == 6 else DEFAULT_LISTEN)
+    return f"http://[{ip}]:{port}" if ip.version == 6 else f"http://{ip}:{port}"
 
 
 @lru_cache(maxsize=1)
@@ -96,8 +141,15 @@ def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) ->
 
 def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                    serve_defaults: dict | None = None, serve_env: dict | None = None,
-                   launch_profiles: dict | None = None, base_port: int | None = None) -> tuple[list[dict], list[str]]:
+                   launch_profiles: dict | None = None, base_port: int | None = None,
+                   listen: str | None = None, api_key: bool = False,
+                   unauthenticated: bool = False) -> tuple[list[dict], list[str]]:
     """Resolve a host's models; return (resolved models, problems).
+
+    `listen`, `api_key` and `unauthenticated` are the group's fleet_serve_listen, whether
+    it has a fleet_serve_api_key (never the key itself: resolved models are shown in plans
+    and logs) and fleet_serve_unauthenticated; a model's own `listen`, `unauthenticated`
+    and secret_env.VLLM_API_KEY win over them.
 
     Problems are sentences naming the model, the field, the value and what is
     accepted; the caller adds the host name. Models with `enabled: false` are
@@ -126,6 +178,13 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     for kind, prof in (launch_profiles or {}).items():
         if isinstance(prof, dict) and isinstance(prof.get("env"), dict) and (problem := env_problem(prof["env"])):
             problems.append(f"fleet_launch_profiles.{kind}.env: {problem}")
+
+    for where, flags in [("fleet_serve_defaults", serve_defaults)] + [
+            (f"fleet_launch_profiles.{k}.serve", (p or {}).get("serve")) for k, p in (launch_profiles or {}).items()
+            if isinstance(p, dict)]:
+        for key in _normalise_serve(flags if isinstance(flags, dict) else {}):
+            if key in _GROUP_RESERVED:
+                problems.append(f"{where}.{key}: set {_GROUP_RESERVED[key]} instead")
 
     # Pass 1: merge flags and environment.
     for i, model in enumerate(models or []):
@@ -158,6 +217,10 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                                 "or surrounding spaces, which environment files cannot carry")
         adapters = _lora_adapters(model, serve, where, problems)
         served = serve.pop("served_model_name", None) or name
+        secret_names = set((model.get("secret_env") or {}).keys())
+        if api_key:
+            secret_names.add("VLLM_API_KEY")
+        reach = access(model, listen, api_key, unauthenticated)
         resolved.append({
             "name": name,
             "kind": kind,
@@ -171,7 +234,11 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             "smoke": prof.get("smoke", "chat"),
             "serve": serve,
             "env": env,
-            "secret_env_names": sorted((model.get("secret_env") or {}).keys()),
+            "secret_env_names": sorted(secret_names),
+            "listen": reach["listen"],
+            # vLLM asks every /v1 request for the key (VLLM_API_KEY in the secret environment).
+            "api_key": reach["api_key"],
+            "unauthenticated": reach["unauthenticated"],
             "lora_adapters": adapters,
             "port": model.get("port"),
             "devices": list(model.get("devices") or []),
@@ -241,6 +308,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             m["env"].setdefault(visible_env, ",".join(str(d) for d in m["devices"]))
         if not m["enabled"]:
             m["port"], m["devices"] = None, []
+        m["url"] = local_url(m["listen"], m["port"]) if m["port"] else None
 
     names = [m["name"] for m in resolved]
     for dup in sorted({n for n in names if names.count(n) > 1}):

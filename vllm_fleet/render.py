@@ -44,6 +44,8 @@ def serve_argv(model: dict, executable: str = "vllm") -> list[str]:
     argv = [executable, "serve", str(model["path"])]
     argv += flag_values("served_model_name", list(model["served_model_name"]))
     argv += flag_values("port", model["port"])
+    if model.get("listen"):
+        argv += flag_values("host", model["listen"])
     for key, value in model["serve"].items():
         argv += flag_values(key, value)
     return argv
@@ -120,7 +122,7 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
     """`<runtime> run ...` of a container-mode unit.
 
     `settings` (the vendor's, from the play) holds: options (run options such as
-    --ipc=host), device_pattern ("/dev/davinci{index}", one per device of the
+    --ipc=host), privileged (add --privileged), device_pattern ("/dev/davinci{index}", one per device of the
     model), gpus (docker's --gpus with the model's devices, for the NVIDIA
     Container Toolkit), visible_devices_env (the variable that numbers the devices
     a process sees, reset to the container's own numbering), control_devices,
@@ -132,6 +134,9 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
     """
     name = model["unit"]
     argv = [runtime, "run", "--rm", "--name", name, *settings.get("options", [])]
+    if settings.get("privileged"):
+        # Opt-in only (vllm_service_container_privileged): the devices are passed one by one below.
+        argv.append("--privileged")
     pattern = settings.get("device_pattern")
     if pattern:
         argv += [f"--device={pattern.format(index=i)}" for i in model["devices"]]
@@ -151,8 +156,12 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
         # The container sees only the model's devices, numbered from 0; the host's numbers
         # in the environment file would name devices it does not have (-e wins over --env-file).
         argv += ["-e", f"{visible}=" + ",".join(str(i) for i in range(len(model["devices"])))]
-    argv += ["-p", f"{model['port']}:{model['port']}", image]
-    inner = dict(model)
+    # Published on the model's listen address only; inside its own network namespace the
+    # engine listens on every interface of the container (its loopback is not the host's).
+    listen = model.get("listen") or "127.0.0.1"
+    published = f"[{listen}]" if ":" in listen else listen
+    argv += ["-p", f"{published}:{model['port']}:{model['port']}", image]
+    inner = dict(model, listen="0.0.0.0")
     if models_dir and mount:
         inner["path"] = container_model_path(model["path"], models_dir, mount)
         if "lora_modules" in model["serve"]:

@@ -884,6 +884,43 @@ for _vendor in vendors.VENDORS:
         VENDOR_RULES[_vendor].append(_cpu_keys_on_cpu_nodes_only)
 
 
+def _listen_needs_key(doc: dict, models: list[dict]) -> list[str]:
+    """A model that listens beyond loopback needs an API key, or an explicit opt-out."""
+    from vllm_fleet.models import access, is_loopback  # noqa: PLC0415 - kept beside the rule it serves
+
+    problems = []
+    key = doc.get("fleet_serve_api_key", "")
+    # Never the value in a message: it is a secret.
+    if not isinstance(key, str):
+        problems.append("fleet_serve_api_key: the value (not shown: it is a secret) is not a string; accepted: "
+                        "a string of printable ASCII characters without spaces, quotes or backslashes")
+    elif not re.match(r"^[!#-&(-\[\]-~]*$", key):
+        problems.append("fleet_serve_api_key: the value (not shown: it is a secret) has spaces, quotes, backslashes or "
+                        "non-printable characters, which its environment file cannot carry; accepted: printable "
+                        "ASCII characters without spaces, quotes or backslashes")
+    own = {m.get("name"): m for m in doc.get("fleet_models") or [] if isinstance(m, dict)}
+    for m in models:
+        settings = access(own.get(m["name"], {}), doc.get("fleet_serve_listen"), bool(doc.get("fleet_serve_api_key")),
+                          doc.get("fleet_serve_unauthenticated") is True)
+        listen = settings["listen"]
+        if not settings["valid"]:
+            problems.append(f"model {m['name']}: listen = {listen!r} is not an IP address; accepted: an IPv4 or IPv6 "
+                            "address such as 127.0.0.1 (the default), 10.0.0.5, 0.0.0.0 or ::")
+            continue
+        if not is_loopback(listen) and not settings["api_key"] and not settings["unauthenticated"]:
+            problems.append(
+                f"model {m['name']}: listen = {listen!r} (the model's listen, else fleet_serve_listen) reaches beyond "
+                "this node's loopback, but the model has no API key; accepted: fleet_serve_api_key (a secret: "
+                "--secrets FILE, the API's secrets= or ansible-vault) or the model's secret_env.VLLM_API_KEY, "
+                "or the explicit opt-out fleet_serve_unauthenticated: true (group) / unauthenticated: true "
+                "(model), or a loopback listen such as 127.0.0.1")
+    return problems
+
+
+for _vendor in vendors.VENDORS:
+    VENDOR_RULES.setdefault(_vendor, []).append(_listen_needs_key)
+
+
 # ------------------------------------------------------------------ entry point
 
 def host_document(host_vars: dict) -> dict:

@@ -184,7 +184,8 @@ def test_host_mode_units_load_maca_and_join_the_video_group(tmp_path):
     argv = exec_start(unit)
     assert argv[: argv.index("--")] == ["/opt/vllm-fleet/bin/vllm-fleet-launch", "--source", "/etc/profile.d/maca.sh"]
     assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b-BF16",
-                                           "--served-model-name", "gpt-oss-20b", "--port", "8000"]
+                                           "--served-model-name", "gpt-oss-20b", "--port", "8000",
+                                           "--host", "127.0.0.1"]
     env = (node / "etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()
     assert "VLLM_ATTENTION_BACKEND=TRITON_ATTN_VLLM_V1" in env and "CUDA_VISIBLE_DEVICES=0" in env
     qwen = (node / "etc/vllm-fleet/vllm-qwen3-4b.env").read_text().splitlines()
@@ -218,10 +219,10 @@ def test_container_unit_line_by_line(tmp_path):
         "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
         "--device=/dev/dri", "--device=/dev/mxcd",
         "-v", "/opt/vllm-fleet/tiktoken:/opt/vllm-fleet/tiktoken:ro", "-v", "/home/models:/models",
-        "--env-file", "/etc/vllm-fleet/vllm-gpt-oss-20b.env", "-p", "8000:8000"]
+        "--env-file", "/etc/vllm-fleet/vllm-gpt-oss-20b.env", "-p", "127.0.0.1:8000:8000"]
     # No launcher: the image sets MACA's environment itself.
     assert inside == ["vllm", "serve", "/models/gpt-oss-20b-BF16", "--served-model-name", "gpt-oss-20b",
-                      "--port", "8000"]
+                      "--port", "8000", "--host", "0.0.0.0"]
     # The model's GPUs and the seed's backend come from the environment file, as in host mode.
     env = (node / "etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()
     assert "VLLM_ATTENTION_BACKEND=TRITON_ATTN_VLLM_V1" in env and "CUDA_VISIBLE_DEVICES=0" in env

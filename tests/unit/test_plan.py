@@ -133,8 +133,8 @@ def test_container_unit_line_by_line(container_plan):
     image = "vllm-fleet/vllm-ascend:275de3417065-37d8fecc4437"
     assert argv[:5] == ["docker", "run", "--rm", "--name", "vllm-gpt-oss-120b"]
     run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
-    # Seed 001's docker run: -u 0 --ipc=host --privileged, every NPU and control device...
-    assert run[5:9] == ["-u", "0", "--ipc=host", "--privileged"]
+    # Seed 001's docker run: -u 0 --ipc=host (--privileged only when asked for), every NPU and control device...
+    assert run[5:9] == ["-u", "0", "--ipc=host", "--device=/dev/davinci0"] and "--privileged" not in run
     assert [a for a in run if a.startswith("--device=")] == (
         [f"--device=/dev/davinci{i}" for i in range(8)]
         + ["--device=/dev/davinci_manager", "--device=/dev/devmm_svm", "--device=/dev/hisi_hdc"])
@@ -148,10 +148,11 @@ def test_container_unit_line_by_line(container_plan):
     # ...and its environment, from the same file as host mode (never inline, so secrets stay out of the unit).
     assert run[run.index("--env-file") + 1] == "/etc/vllm-fleet/vllm-gpt-oss-120b.env"
     assert not any(a == "-e" for a in run)
-    assert run[-2:] == ["-p", "8000:8000"]
+    # Published on the listen address only (loopback by default); inside, on the container's interfaces.
+    assert run[-2:] == ["-p", "127.0.0.1:8000:8000"]
     serve = inside[inside.index("--") + 1:]
     assert serve[:3] == ["vllm", "serve", "/model/GPT-OSS"]
-    assert flags(serve) == {**flags(SEED_001_SERVE), "--port": "8000"}
+    assert flags(serve) == {**flags(SEED_001_SERVE), "--port": "8000", "--host": "0.0.0.0"}
     docker = (container_plan / "ascend-01/etc/vllm-fleet/images/ascend/Dockerfile").read_text()
     assert "FROM registry.example.internal/quay/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11" in docker
     assert "checkout 275de34170654274616082721348b7edd9741d32" in docker
@@ -204,8 +205,8 @@ def test_nvidia_unit_carries_seed_003_and_the_adapters(host_plan):
     serve = argv[argv.index("--") + 1:]
     assert serve[:3] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b"]
     got = flags(serve)
-    for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--enable-lora": "",
-                        "--max-loras": "3", "--max-lora-rank": "64"}.items():
+    for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--host": "127.0.0.1",
+                        "--enable-lora": "", "--max-loras": "3", "--max-lora-rank": "64"}.items():
         assert got.get(flag) == value, (flag, got.get(flag))
     assert lora_modules(serve) == [f"{a}=/home/models/lora/{a}" for a in ADAPTERS]
     assert "User=vllm" in unit.splitlines() and "SupplementaryGroups=video" in unit.splitlines()
@@ -238,11 +239,12 @@ def test_nvidia_container_unit_line_by_line(nvidia_container_plans):
         "--env-file", "/etc/vllm-fleet/vllm-gpt-oss-20b.env",
         # Inside, the model's GPUs are numbered from 0 whatever their host numbers.
         "-e", "CUDA_VISIBLE_DEVICES=0,1",
-        "-p", "8000:8000",
+        "-p", "127.0.0.1:8000:8000",
     ]
     assert inside[:4] == ["--", "vllm", "serve", "/models/gpt-oss-20b"]
     got = flags(inside)
-    for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--enable-lora": ""}.items():
+    for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--host": "0.0.0.0",
+                        "--enable-lora": ""}.items():
         assert got.get(flag) == value, (flag, got.get(flag))
     assert lora_modules(inside) == [f"{a}=/models/lora/{a}" for a in ADAPTERS]
     # Nothing is built for NVIDIA: upstream's image is pulled as it is.
@@ -336,5 +338,8 @@ def test_musa_environment_is_seed_004s(host_plan, name, env):
     text = (host_plan / f"musa-01/etc/vllm-fleet/vllm-{name}.env").read_text()
     values = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     devices = values.pop("MUSA_VISIBLE_DEVICES")
-    assert values == {"TRITON_CACHE_DIR": "/tmp/triton", **env}
+    assert values == env
     assert len(devices.split(",")) == 1  # tensor parallel 1: one GPU per model
+    # Triton's cache is the unit's own, not the guide's shared /tmp/triton.
+    unit = (host_plan / f"musa-01/etc/systemd/system/vllm-{name}.service").read_text()
+    assert f"TRITON_CACHE_DIR=/var/cache/vllm-fleet/vllm-{name}/triton" in unit

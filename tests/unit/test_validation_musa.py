@@ -146,7 +146,7 @@ def test_tilelang_on_an_unquantized_moe_model_is_rejected(example):
 
 
 def test_tilelang_in_the_group_environment_is_rejected_for_every_other_model(example):
-    group(example)["fleet_serve_env"]["VLLM_MUSA_ATTN"] = "tilelang"
+    group(example).setdefault("fleet_serve_env", {})["VLLM_MUSA_ATTN"] = "tilelang"
     rejected = sorted(p.split(":")[1].strip() for p in problems_for(example) if "VLLM_MUSA_ATTN" in p)
     assert rejected == sorted(f"model {n}" for n in ["gptq-qwen3-8b", "qwen3.6-27b-gptq-v1",
                                                      "gptq-qwen3-vl-8b-instruct-4bit-group", "deepseek-ocr-2",
