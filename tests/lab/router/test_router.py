@@ -156,3 +156,21 @@ def test_drain_of_a_node_that_serves_no_such_model_fails(routed):
                     playbook="playbooks/router-drain.yml")
     assert proc.returncode != 0
     assert "musa-03 is no server of gptq-qwen3-8b on this router" in proc.stdout
+
+
+def test_streamed_answers_pass_chunk_by_chunk(routed):
+    _, port = routed
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
+                       "max_tokens": 8, "stream": True}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.headers.get_content_type() == "text/event-stream"
+        events = [line for line in answer.read().decode().splitlines() if line.startswith("data: ")]
+    assert len(events) >= 3 and events[-1] == "data: [DONE]"
+
+
+def test_a_second_run_changes_nothing_on_the_router(routed):
+    proc = playbook("-l", ROUTER)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert recap(proc.stdout)[ROUTER]["changed"] == 0
