@@ -37,17 +37,48 @@ def fleet_inventory_problems(hostvars, hosts):
     """Every problem of the inventory for `hosts` (names), as sentences; [] if valid."""
     from vllm_fleet import validation
 
-    collected = {}
-    for host in hosts:
-        hv = hostvars[host]
-        wanted = set(validation.fleet_variables()) | set(validation.role_options())
-        wanted |= {"ansible_host", "ansible_port", "group_names"}
-        names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
-        collected[host] = {k: _plain(hv[k]) for k in names}
+    collected = {host: _validated_vars(hostvars, host) for host in hosts}
+    # Hosts of the router group alone are no fleet nodes (no accelerator, no models):
+    # only the router's rules apply to them, against every fleet node of the inventory
+    # (not only those of the run: `-l router` must still know what the fleet serves).
+    routers = {h: v for h, v in collected.items() if _router_only(v)}
     try:
-        return validation.validate_hosts(collected)
+        problems = validation.validate_hosts({h: v for h, v in collected.items() if h not in routers})
+        if routers:
+            fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+                     if "fleet" in (hostvars[h].get("group_names") or [])}
+            problems += validation.router_problems(routers, fleet)
+        return problems
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
+
+
+def _validated_vars(hostvars, host):
+    """The variables of `host` that validation reads, as plain values."""
+    from vllm_fleet import validation
+
+    hv = hostvars[host]
+    wanted = set(validation.fleet_variables()) | set(validation.role_options())
+    wanted |= {"ansible_host", "ansible_port", "group_names"}
+    names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
+    return {k: _plain(hv[k]) for k in names}
+
+
+def _router_only(host_vars):
+    groups = host_vars.get("group_names") or []
+    return "router" in groups and "fleet" not in groups
+
+
+def fleet_router_backends(hostvars, router_models):
+    """The router's backends (vllm_fleet.router.backends) from every fleet node of the inventory."""
+    from vllm_fleet import router
+
+    fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+             if "fleet" in (hostvars[h].get("group_names") or [])}
+    try:
+        return router.backends(_plain(router_models), fleet)
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_router_backends: {exc}") from exc
 
 
 def fleet_placeholder_checksums(hostvars, hosts):
@@ -143,6 +174,7 @@ class FilterModule:
         return {
             "fleet_inventory_problems": fleet_inventory_problems,
             "fleet_placeholder_checksums": fleet_placeholder_checksums,
+            "fleet_router_backends": fleet_router_backends,
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,

@@ -921,6 +921,65 @@ for _vendor in vendors.VENDORS:
     VENDOR_RULES.setdefault(_vendor, []).append(_listen_needs_key)
 
 
+# ---- the router (roles/router): one endpoint per model served by several nodes
+
+def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> list[str]:
+    """Problems of the router hosts: their role variables, an entry naming a model no fleet node
+    serves (`fleet_hosts`: every fleet node of the inventory, not only those of the run), and a
+    frontend port used twice or already taken on the router's address (SSH, a model, another router)."""
+    from vllm_fleet import router
+
+    problems: list[str] = []
+    served: dict[str, list[str]] = {}
+    listeners: dict[tuple[str, int], str] = {}
+    for host in sorted(fleet_hosts):
+        host_vars = fleet_hosts[host]
+        address = str(host_vars.get("ansible_host", host))
+        if isinstance(host_vars.get("ansible_port"), int):
+            listeners[(address, host_vars["ansible_port"])] = f"the SSH port of {host}"
+        for model in router.served_models(host_vars):
+            for name in model["served_model_name"]:
+                served.setdefault(name, []).append(host)
+            listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
+    for host in sorted(routers):
+        host_vars = routers[host]
+        own = role_variable_problems(host_vars)
+        entries = host_vars.get("router_models", [])
+        if own or not isinstance(entries, list):
+            problems += [f"host {host}: {p}" for p in own or [f"router_models = {_describe(entries)}: expected a list"]]
+            continue
+        address = str(host_vars.get("ansible_host", host))
+        if isinstance(host_vars.get("ansible_port"), int):
+            listeners.setdefault((address, host_vars["ansible_port"]), f"the SSH port of {host}")
+        names: set[str] = set()
+        for i, entry in enumerate(entries):
+            where = f"host {host}: router_models[{i}]"
+            name, port = entry.get("name"), entry.get("port")
+            if name in names:
+                problems.append(f"{where}: model {name!r} has a router entry already; accepted: one entry per model")
+            names.add(name)
+            if name not in served:
+                known = ", ".join(sorted(served)) or "none"
+                close = difflib.get_close_matches(str(name), list(served), n=1)
+                problems.append(f"{where}.name = {name!r}: no fleet node serves a model of that name"
+                                + (f" (did you mean {close[0]!r}?)" if close else "")
+                                + f"; accepted: a served model name of the fleet ({known})")
+            for node in served.get(name, []):
+                node_vars = fleet_hosts[node]
+                model = next(m for m in router.served_models(node_vars) if name in m["served_model_name"])
+                if router.unreachable_from(address, node, node_vars, model):
+                    problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
+                                    f"which the router at {address} cannot reach; accepted: a listen address the "
+                                    f"router reaches (fleet_serve_listen or the model's listen, with an API key)")
+            key = (address, port)
+            if key in listeners:
+                problems.append(f"{where}.port = {port}: port {port} on address {address} is already "
+                                f"{listeners[key]}; accepted: a port nothing else on that address listens on")
+            else:
+                listeners[key] = f"the router port of {name!r} on {host}"
+    return problems
+
+
 # ------------------------------------------------------------------ entry point
 
 def host_document(host_vars: dict) -> dict:

@@ -24,7 +24,8 @@ def test_site_validates_first_then_converges_every_vendor_in_one_play():
     site = load(ROOT / "site.yml")
     imported = [play["ansible.builtin.import_playbook"] for play in site]
     assert imported[0] == "playbooks/validate.yml"
-    assert imported[1:] == ["playbooks/converge.yml"]
+    # The routers last: their health checks find the engines up.
+    assert imported[1:] == ["playbooks/converge.yml", "playbooks/router.yml"]
     # No playbook per vendor: a run costs the slowest vendor, not the sum of them.
     assert not [p for p in imported if Path(p).stem in vendors.VENDORS]
 
@@ -47,6 +48,14 @@ def test_validation_runs_before_the_fleet_role_loads_any_vendor():
     (play,) = load(ROOT / "playbooks" / "validate.yml")
     assert [r["role"] for r in play["roles"]] == ["validate_inventory"]
     assert play["any_errors_fatal"] is True
+    # Router hosts are validated too (against every fleet node), though they are no fleet nodes.
+    assert play["hosts"] == "fleet:router"
+
+
+def test_the_router_play_runs_on_the_router_group_only():
+    (play,) = load(ROOT / "playbooks" / "router.yml")
+    assert play["hosts"] == "router"
+    assert [r["role"] for r in play["roles"]] == ["router"]
 
 
 def test_the_vendor_list_is_the_facts_modules():

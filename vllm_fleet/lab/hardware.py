@@ -73,6 +73,11 @@ def install(vendor: str, node_index: int, root: Path, pci_dir: Path) -> dict:
     return profile
 
 
+def install_none(pci_dir: Path) -> None:
+    """A node without accelerators (a router): its PCI tree has the host bridge only."""
+    _write_pci_tree({"count": 0}, pci_dir)
+
+
 def _install_devices_unit(profile: dict, root: Path) -> None:
     lines = ["#!/bin/sh", "# Written by vllm-fleet lab: the simulated accelerators' device nodes.", "set -e"]
     for path, major, minor in device_nodes(profile):

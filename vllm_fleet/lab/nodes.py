@@ -26,6 +26,8 @@ from pathlib import Path
 from vllm_fleet.lab import hardware
 from vllm_fleet.lab.paths import LabPaths
 
+#: The kind (Node.vendor) of a lab node that is no fleet node but a router (roles/router).
+ROUTER = "router"
 # systemd-nspawn exits with this status when the container asked for a reboot.
 NSPAWN_REBOOT_STATUS = 133
 
@@ -71,7 +73,10 @@ def create_node(paths: LabPaths, node: Node, rootfs: Path) -> None:
     (root / "etc/hostname").write_text(node.name + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{node.name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     _configure_ssh(paths, node, root)
-    hardware.install(node.vendor, node.index, root, d / "pci")
+    if node.vendor == ROUTER:
+        hardware.install_none(d / "pci")
+    else:
+        hardware.install(node.vendor, node.index, root, d / "pci")
     (d / "node.json").write_text(node.to_json())
     _write_supervisor(paths, node, d)
 

@@ -1,0 +1,80 @@
+"""Which fleet nodes serve which model: the backends of the router (roles/router).
+
+One home for the answer, read by the role's template (filter fleet_router_backends) and
+by validation (validation.router_problems), so a router entry that validation accepts is
+exactly one the template can render.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vllm_fleet.models import is_loopback, resolve_models
+
+#: Addresses a model may listen on that name no address a router can connect to.
+WILDCARDS = frozenset(["", "0.0.0.0", "::", "[::]", "*"])
+#: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def haproxy_name(text: str) -> str:
+    return _UNSAFE.sub("_", text)
+
+
+def served_models(host_vars: dict) -> list[dict]:
+    """The enabled, resolved models of a fleet node (ports filled in as the node gets them)."""
+    accelerator = host_vars.get("fleet_accelerator")
+    if not isinstance(host_vars.get("fleet_models", []), list) or not isinstance(accelerator, dict):
+        return []
+    models, _ = resolve_models(
+        host_vars.get("fleet_models"), accelerator,
+        serve_defaults=host_vars.get("fleet_serve_defaults"), serve_env=host_vars.get("fleet_serve_env"),
+        launch_profiles=host_vars.get("fleet_launch_profiles"), base_port=host_vars.get("fleet_serve_base_port"),
+        listen=host_vars.get("fleet_serve_listen"), api_key=bool(host_vars.get("fleet_serve_api_key")),
+        unauthenticated=host_vars.get("fleet_serve_unauthenticated") is True)
+    return [m for m in models if m.get("enabled") and isinstance(m.get("port"), int)]
+
+
+def node_address(host: str, host_vars: dict, model: dict) -> str:
+    """Where the router reaches `model` on `host`: the address the model listens on when it
+    names one other nodes reach, else (a wildcard, or loopback) the node's ansible_host, else
+    its inventory name. A loopback listen is reachable only from the node itself (or, in the
+    lab, from nodes sharing the host's loopback): `unreachable_from` says when it is not."""
+    listen = str(model.get("listen") or "")
+    if listen not in WILDCARDS and not is_loopback(listen):
+        return listen
+    return str(host_vars.get("ansible_host") or host)
+
+
+def unreachable_from(router_address: str, host: str, host_vars: dict, model: dict) -> bool:
+    """A model listening on loopback only, on a node whose address is not the router's own
+    loopback: the router cannot connect to it."""
+    address = str(host_vars.get("ansible_host") or host)
+    return (is_loopback(str(model.get("listen") or "127.0.0.1"))
+            and not (is_loopback(address) and is_loopback(router_address)) and address != router_address)
+
+
+def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[dict]:
+    """One backend per router entry: {name, port, backend, servers: [{name, host, address, port}]}.
+
+    `name` is a served model name; its servers are every fleet node serving it, in host order.
+    """
+    served = {host: served_models(fleet_hosts[host]) for host in sorted(fleet_hosts)}
+    out = []
+    for entry in router_models or []:
+        name = entry.get("name")
+        servers = []
+        for host, models in served.items():
+            for model in models:
+                if name in model["served_model_name"]:
+                    servers.append({"name": haproxy_name(host), "host": host,
+                                    "address": node_address(host, fleet_hosts[host], model),
+                                    "port": model["port"]})
+        out.append({**entry, "backend": haproxy_name(f"model_{name}"), "servers": servers})
+    return out
+
+
+def router_listeners(router_models: list[dict], listen_address: str) -> list[tuple[str, Any]]:
+    """(address, port) of every frontend a router host opens."""
+    return [(listen_address, e.get("port")) for e in router_models or []]
