@@ -222,3 +222,23 @@ def test_the_units_environment_names_the_current_release():
     env = load("roles/vllm_service/vars/main.yml")["_vllm_service_env"]
     assert "'FLEET_RELEASE': fleet_release_state.current | default(_fleet_release_id, true)" in env
     assert "if _fleet_releases_enabled" in env
+
+
+def test_the_run_result_says_per_node_from_which_release_to_which():
+    from vllm_fleet.api import result_from_events
+
+    def fact(host, state):
+        return {"event": "runner_on_ok", "event_data": {"host": host, "task": "Publish",
+                                                        "res": {"ansible_facts": {"fleet_release_state": state}}}}
+    events = [
+        fact("n1", {"current": "bbb", "installed": ["aaa", "bbb"], "previous": "aaa"}),
+        fact("n1", {"current": "aaa", "installed": ["bbb", "aaa"], "previous": "bbb", "switched_from": "bbb"}),
+        fact("n2", {"current": "ccc", "installed": ["ccc"], "previous": ""}),
+        {"event": "playbook_on_stats", "event_data": {"ok": {"n1": 5, "n2": 3}, "changed": {"n1": 2}}},
+    ]
+    result = result_from_events(events, playbook="playbooks/rollback.yml")
+    assert result.releases == {"n1": {"from": "bbb", "to": "aaa", "installed": ["bbb", "aaa"]},
+                               "n2": {"from": "ccc", "to": "ccc", "installed": ["ccc"]}}
+    text = str(result)
+    assert "n1: release bbb -> aaa" in text and "n2: release ccc (unchanged)" in text
+    assert result.to_dict()["releases"]["n1"]["to"] == "aaa"
