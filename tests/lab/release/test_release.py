@@ -110,9 +110,11 @@ def chat(lab_api) -> str:
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as answer:
-        content = json.loads(answer.read())["choices"][0]["message"]["content"]
-    assert content
-    return content
+        message = json.loads(answer.read())["choices"][0]["message"]
+    # gpt-oss reasons first (harmony's analysis channel): a short answer may be reasoning only.
+    text = message.get("content") or message.get("reasoning_content")
+    assert text, message
+    return text
 
 
 def web_requests(lab_api) -> list[str]:
