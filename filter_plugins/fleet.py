@@ -14,10 +14,10 @@ from ansible.errors import AnsibleFilterError
 # Ansible loads this file in every worker process that renders one of these filters, so
 # it imports only what those need; validation (jsonschema) is imported by its two filters.
 try:
-    from vllm_fleet import models, render, state
+    from vllm_fleet import models, release, render, state
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from vllm_fleet import models, render, state
+    from vllm_fleet import models, release, render, state
 
 
 def _plain(value):
@@ -167,6 +167,46 @@ def fleet_doctor_mismatch(row):
     return state.driver_mismatch(_plain(row))
 
 
+def fleet_release_id(matrix, keys, vendor):
+    """The id of the release a vendor's matrix defines (vllm_fleet/release.py)."""
+    try:
+        return release.release_id(_plain(matrix), _plain(keys), str(vendor))
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_release_id: {exc}") from exc
+
+
+def fleet_release_inputs(matrix, keys, vendor):
+    """What that release is built from (written into its completion marker)."""
+    try:
+        return release.release_inputs(_plain(matrix), _plain(keys), str(vendor))
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_release_inputs: {exc}") from exc
+
+
+def fleet_release_state(dirs, complete, current="", history="", wanted="", keep=2):
+    """The node's releases: installed, previous, to prune (vllm_fleet/release.py).
+
+    dirs, complete: release ids (or paths ending in them); current: the id `current`
+    points at; history: the history file's text or a list of ids.
+    """
+    if isinstance(history, str):
+        history = history.split()
+    try:
+        return release.release_state([str(d).rstrip("/").rsplit("/", 1)[-1] for d in _plain(dirs)],
+                                     [str(d).rstrip("/").rsplit("/", 1)[-1] for d in _plain(complete)],
+                                     str(current or ""), [str(h) for h in _plain(history)],
+                                     str(wanted or ""), int(keep))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"fleet_release_state: {exc}") from exc
+
+
+def fleet_release_history(history, target):
+    """The history file's ids once `target` is made current."""
+    if isinstance(history, str):
+        history = history.split()
+    return release.history_after_switch([str(h) for h in _plain(history)], str(target))
+
+
 class FilterModule:
     """vllm-fleet filters."""
 
@@ -187,4 +227,8 @@ class FilterModule:
             "fleet_install_action": fleet_install_action,
             "fleet_doctor_row": fleet_doctor_row,
             "fleet_doctor_mismatch": fleet_doctor_mismatch,
+            "fleet_release_id": fleet_release_id,
+            "fleet_release_inputs": fleet_release_inputs,
+            "fleet_release_state": fleet_release_state,
+            "fleet_release_history": fleet_release_history,
         }

@@ -102,6 +102,9 @@ class RunResult:
     check_stopped: dict[str, str] = field(default_factory=dict)
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
+    #: Per host whose release was read: {from, to, installed} (roles/fleet_release); from == to
+    #: when the run did not move it.
+    releases: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self):
         # Validation stops the run at its first host (the assert runs once): the recap would
@@ -153,6 +156,7 @@ class RunResult:
             "invalid_inventory": self.invalid_inventory, "invalid_hosts": self.invalid_hosts, "problems": self.problems,
             "check_stopped": dict(sorted(self.check_stopped.items())),
             "components": dict(sorted(self.components.items())),
+            "releases": dict(sorted(self.releases.items())),
             "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
         }
 
@@ -175,6 +179,10 @@ class RunResult:
             what = "unreachable" if f.unreachable else "failed"
             lines.append(f"{f.host}: {what} at '{f.task}': {f.message}")
         lines += components_table(self.components)
+        for host, release in sorted(self.releases.items()):
+            moved = release["from"] != release["to"]
+            lines.append(f"{host}: release {release['from'] or 'none'} -> {release['to']}" if moved
+                         else f"{host}: release {release['to'] or 'none'} (unchanged)")
         for host, reason in sorted(self.check_stopped.items()):
             lines.append(f"{host}: check mode stopped previewing: {reason} (a real run does it first)")
         if self.artifacts_dir:
@@ -279,6 +287,7 @@ class _Collector:
         self.task_durations: dict[str, float] = {}
         self.check_stopped: dict[str, str] = {}
         self.components: dict[str, list[dict]] = {}
+        self.releases: dict[str, dict] = {}
 
     def __call__(self, event: dict) -> bool:
         scrub(event, self.secrets)
@@ -305,6 +314,8 @@ class _Collector:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
             if kind == "runner_on_ok" and isinstance(facts.get("doctor_report"), list):
                 self.components[data.get("host", "?")] = facts["doctor_report"]
+            if kind == "runner_on_ok" and isinstance(facts.get("fleet_release_state"), dict):
+                self._release(data.get("host", "?"), facts["fleet_release_state"])
             duration = data.get("duration")
             if isinstance(duration, (int, float)):
                 key = f"{data.get('role') + ' : ' if data.get('role') else ''}{data.get('task', '')}"
@@ -316,6 +327,12 @@ class _Collector:
                     self.stats.setdefault(host, {})[name] = count
             for host in data.get("processed") or {}:
                 self.stats.setdefault(host, {})
+
+    def _release(self, host: str, state: dict) -> None:
+        """The first read of a host's releases says where it was; the last one where it is."""
+        before = self.releases.get(host, {}).get("from", state.get("switched_from", state.get("current", "")))
+        self.releases[host] = {"from": before or "", "to": state.get("current", ""),
+                               "installed": list(state.get("installed") or [])}
 
     def hosts(self) -> dict[str, HostResult]:
         return {h: HostResult(host=h, **counts) for h, counts in self.stats.items()}
@@ -344,7 +361,7 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      artifacts_dir=artifacts_dir, task_durations=collector.task_durations, check_stopped=collector.check_stopped,
-                     components=collector.components)
+                     components=collector.components, releases=collector.releases)
 
 
 # ------------------------------------------------------------------ inventory files
@@ -460,7 +477,7 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                      rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
                      task_durations=collector.task_durations, check_stopped=collector.check_stopped,
-                     components=collector.components)
+                     components=collector.components, releases=collector.releases)
 
 
 def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> RunResult:
@@ -471,6 +488,12 @@ def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> R
 def doctor(inventory, limit=None, extravars=None, **kwargs) -> RunResult:
     """Compare each node's installed versions with the matrix (reads only)."""
     return run_playbook("playbooks/doctor.yml", inventory, limit=limit, extravars=extravars, **kwargs)
+
+
+def rollback(inventory, limit=None, extravars=None, **kwargs) -> RunResult:
+    """Return each node to its previous release (no download, no build), restart its units on it
+    and pass their readiness gate; `result.releases` says per node from which release to which."""
+    return run_playbook("playbooks/rollback.yml", inventory, limit=limit, extravars=extravars, **kwargs)
 
 
 def verify(inventory, limit=None, extravars=None, **kwargs) -> RunResult:

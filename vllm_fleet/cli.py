@@ -4,6 +4,7 @@
     vllm-fleet plan      [-i INVENTORY] -o DIR [-l GROUP] [--json]
     vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
+    vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
@@ -173,6 +174,8 @@ def cmd_run(args) -> int:
             result = api.provision(inventory, check=args.check, **kwargs)
         elif args.command == "doctor":
             result = api.doctor(inventory, **kwargs)
+        elif args.command == "rollback":
+            result = api.rollback(inventory, **kwargs)
         else:
             result = api.verify(inventory, **kwargs)
     finally:
@@ -267,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
     p.set_defaults(func=cmd_run)
     for name, help_text in (("doctor", "compare installed versions with the matrix"),
-                            ("verify", "check that every served model answers")):
+                            ("verify", "check that every served model answers"),
+                            ("rollback", "switch nodes back to their previous release and restart their models")):
         p = sub.add_parser(name, help=help_text)
         run_options(p)
         p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+from vllm_fleet.release import vendor_release_id
+
 from .conftest import LAB, group_vars, recap, run_playbook, write_overrides
 
 
@@ -37,7 +39,8 @@ def test_commit_in_no_mirror_stops_that_host_and_leaves_no_checkout(lab):
     assert recap(proc.stdout)["ascend-01"]["failed"] == 1
     assert f"ascend-01: commit {missing} of vllm is in none of its sources: http://127.0.0.1:9/" in proc.stdout
     assert "/git/vllm.git: " in proc.stdout
-    left = lab.run(LAB, "ascend-01", "ls -a /opt/vllm-fleet/src/")
+    # The commit names a release of its own, whose checkout directory holds nothing.
+    left = lab.run(LAB, "ascend-01", f"ls -a /opt/vllm-fleet/releases/{vendor_release_id(matrix, 'ascend')}/src/ 2>&1")
     assert "vllm" not in left.split(), left
 
 
@@ -72,11 +75,11 @@ def test_check_mode_reports_drift_and_changes_nothing(lab):
 def test_doctor_passes_then_names_the_changed_component(lab):
     ok = run_playbook("-l", "ascend-02", playbook="playbooks/doctor.yml", check=True)
     assert "14 components match the matrix" in ok.stdout
-    lab.run(LAB, "ascend-02", "/opt/vllm-fleet/venv/bin/pip install -q transformers==4.56.0", timeout=120)
+    lab.run(LAB, "ascend-02", "/opt/vllm-fleet/current/venv/bin/pip install -q transformers==4.56.0", timeout=120)
     try:
         bad = run_playbook("-l", "ascend-02", playbook="playbooks/doctor.yml")
     finally:
-        lab.run(LAB, "ascend-02", "/opt/vllm-fleet/venv/bin/pip install -q transformers==4.57.1", timeout=120)
+        lab.run(LAB, "ascend-02", "/opt/vllm-fleet/current/venv/bin/pip install -q transformers==4.57.1", timeout=120)
     assert bad.returncode != 0
     assert "ascend-02 differs from the matrix:\n  - transformers: expected 4.57.1, installed 4.56.0" in bad.stdout
 

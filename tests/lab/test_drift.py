@@ -19,7 +19,7 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
     # 1. a unit file edited by hand, 2. a unit stopped, 3. a pinned package moved, 4. a cache file deleted.
     lab.run(LAB, "ascend-01", f"sed -i 's/^RestartSec=.*/RestartSec=99/' /etc/systemd/system/{UNIT}.service")
     lab.run(LAB, "ascend-02", f"systemctl stop {UNIT}.service")
-    lab.run(LAB, "nvidia-01", "/opt/vllm-fleet/venv/bin/pip install -q transformers==4.56.0", timeout=120)
+    lab.run(LAB, "nvidia-01", "/opt/vllm-fleet/current/venv/bin/pip install -q transformers==4.56.0", timeout=120)
     lab.run(LAB, "nvidia-02", f"rm -f {TIKTOKEN}")
 
     fix = run_playbook(check=True)
@@ -35,7 +35,7 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
 
     assert "RestartSec=10" in lab.run(LAB, "ascend-01", f"cat /etc/systemd/system/{UNIT}.service")
     assert lab.run(LAB, "ascend-02", f"systemctl is-active {UNIT}.service").strip() == "active"
-    assert "Version: 4.57.1" in lab.run(LAB, "nvidia-01", "/opt/vllm-fleet/venv/bin/pip show transformers")
+    assert "Version: 4.57.1" in lab.run(LAB, "nvidia-01", "/opt/vllm-fleet/current/venv/bin/pip show transformers")
     assert lab.run(LAB, "nvidia-02", f"sha256sum {TIKTOKEN}").split()[0] == TIKTOKEN_SHA256
 
     again = run_playbook(check=True)

@@ -65,7 +65,7 @@ def test_plan_with_a_secret_masks_it(tmp_path):
     plan = vllm_fleet.plan("inventories/example", tmp_path / "plan", limit="nvidia-nodes",
                            extravars={"fleet_models": models}, secrets={"vllm_api_key": PLANTED})
     assert plan.ok, str(plan)
-    assert plan.commands["nvidia-01"]["vllm-m"].startswith("/opt/vllm-fleet/venv/bin/vllm serve /home/models/m")
+    assert plan.commands["nvidia-01"]["vllm-m"].startswith("/opt/vllm-fleet/current/venv/bin/vllm serve /home/models/m")
     leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and PLANTED.encode() in p.read_bytes()]
     assert leaks == []
     assert "VLLM_API_KEY=********" in (tmp_path / "plan/nvidia-01/etc/vllm-fleet/vllm-m.secret.env").read_text()

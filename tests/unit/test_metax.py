@@ -183,7 +183,7 @@ def test_host_mode_units_load_maca_and_join_the_video_group(tmp_path):
     assert "User=vllm" in lines and "SupplementaryGroups=video" in lines
     argv = exec_start(unit)
     assert argv[: argv.index("--")] == ["/opt/vllm-fleet/bin/vllm-fleet-launch", "--source", "/etc/profile.d/maca.sh"]
-    assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b-BF16",
+    assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b-BF16",
                                            "--served-model-name", "gpt-oss-20b", "--port", "8000",
                                            "--host", "127.0.0.1"]
     env = (node / "etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()

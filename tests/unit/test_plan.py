@@ -75,7 +75,7 @@ def test_cpu_units_run_the_venv_vllm_with_the_cpu_backends_environment(host_plan
     unit = (host_plan / "cpu-01/etc/systemd/system/vllm-bge-m3.service").read_text()
     argv = exec_start(unit)
     assert argv[0] == "/opt/vllm-fleet/bin/vllm-fleet-launch" and argv[1] == "--"
-    assert argv[2:5] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/bge-m3"]
+    assert argv[2:5] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve", "/home/models/bge-m3"]
     assert argv[argv.index("--runner"):argv.index("--runner") + 4] == ["--runner", "pooling", "--convert", "embed"]
     assert "SupplementaryGroups" not in unit
     env = (host_plan / "cpu-01/etc/vllm-fleet/vllm-bge-m3.env").read_text()
@@ -90,7 +90,7 @@ def test_ascend_unit_carries_every_flag_of_seed_001(host_plan):
     assert launcher == ["/opt/vllm-fleet/bin/vllm-fleet-launch",
                         "--source", "/usr/local/Ascend/ascend-toolkit/set_env.sh",
                         "--source", "/usr/local/Ascend/nnal/atb/set_env.sh"]
-    assert serve[0] == "/opt/vllm-fleet/venv/bin/vllm"
+    assert serve[0] == "/opt/vllm-fleet/current/venv/bin/vllm"
     seed = flags(SEED_001_SERVE)
     got = flags(serve)
     for flag, value in seed.items():
@@ -117,10 +117,10 @@ def test_unit_command_is_the_one_render_produces(host_plan):
     assert problems == []
     unit = (host_plan / "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service").read_text()
     argv = exec_start(unit)
-    assert argv[argv.index("--") + 1:] == render.serve_argv(model, "/opt/vllm-fleet/venv/bin/vllm")
+    assert argv[argv.index("--") + 1:] == render.serve_argv(model, "/opt/vllm-fleet/current/venv/bin/vllm")
     shell = (host_plan / "ascend-01/commands/vllm-gpt-oss-120b.sh").read_text().splitlines()[-1]
     import shlex
-    assert shlex.split(shell) == render.serve_argv(model, "/opt/vllm-fleet/venv/bin/vllm")
+    assert shlex.split(shell) == render.serve_argv(model, "/opt/vllm-fleet/current/venv/bin/vllm")
 
 
 def test_container_unit_line_by_line(container_plan):
@@ -203,7 +203,7 @@ def test_nvidia_unit_carries_seed_003_and_the_adapters(host_plan):
     argv = exec_start(unit)
     assert argv[: argv.index("--")] == ["/opt/vllm-fleet/bin/vllm-fleet-launch"]
     serve = argv[argv.index("--") + 1:]
-    assert serve[:3] == ["/opt/vllm-fleet/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b"]
+    assert serve[:3] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b"]
     got = flags(serve)
     for flag, value in {**SEED_003_FLAGS, "--tensor-parallel-size": "2", "--port": "8000", "--host": "127.0.0.1",
                         "--enable-lora": "", "--max-loras": "3", "--max-lora-rank": "64"}.items():

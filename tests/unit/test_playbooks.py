@@ -12,7 +12,7 @@ from vllm_fleet import vendors
 ROOT = Path(__file__).resolve().parents[2]
 #: What every vendor contract (roles/<vendor>/vars/main.yml) must say; docs/CONTRIBUTING-VENDOR.md explains each.
 CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "shared_devices", "unit_devices", "packages",
-                 "runtime", "driver", "doctor", "image", "container"}
+                 "release", "runtime", "driver", "doctor", "image", "container"}
 RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 
@@ -39,7 +39,7 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     assert [r["role"] for r in play["roles"]] == ["fleet"]
     steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in play["tasks"]]
     assert [s["name"] for s in steps] == ["preflight", "node_base", "{{ fleet_vendor.role }}", "tiktoken_cache",
-                                          "model_fetch", "vllm_service", "report"]
+                                          "model_fetch", "fleet_release", "vllm_service", "report"]
     # The vendor's role is chosen per node, at run time.
     assert "ansible.builtin.include_role" in play["tasks"][2]
 

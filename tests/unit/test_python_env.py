@@ -23,7 +23,7 @@ def run_role(tmp_path: Path, venv: Path) -> subprocess.CompletedProcess:
     playbook.write_text(yaml.safe_dump([{
         "name": "A venv", "hosts": "all", "gather_facts": False,
         "vars": {"fleet_pip_index_url": "http://127.0.0.1:9/simple", "fleet_pip_extra_index_urls": [],
-                 "fleet_pip_trusted_hosts": [], "_fleet_venv": str(venv)},
+                 "fleet_pip_trusted_hosts": [], "_fleet_release_venv": str(venv)},
         "roles": [{"role": "python_env", "python_env_path": str(venv), "python_env_interpreter": sys.executable,
                    "python_env_packages": [PIP]}],
     }]))

@@ -119,5 +119,5 @@ def test_dead_first_git_mirror_the_next_one_serves(lab, interrupted):
     assert interrupted["rerun"].returncode == 0
     assert "http://127.0.0.1:9/vllm-project/vllm.git" in interrupted["rerun"].stdout  # it was tried first
     for node in ("ascend-01", "ascend-02"):
-        out = lab.run(LAB, node, "cd /opt/vllm-fleet/src/vllm && git remote get-url origin && git rev-parse HEAD")
+        out = lab.run(LAB, node, "cd /opt/vllm-fleet/current/src/vllm && git remote get-url origin && git rev-parse HEAD")
         assert out.split() == [git["url"], git["pinned"]], out

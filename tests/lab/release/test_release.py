@@ -1,0 +1,190 @@
+"""Versioned releases on a lab of their own: one NVIDIA node converged on release A, the
+matrix moved (transformers 4.57.1 -> 4.56.0, both on the lab's index) and converged on
+release B with A kept, `vllm-fleet rollback` back to A (timed; the lab's web server must
+see no request), the model answering, then a converge on B that does nothing but the
+switch back.
+
+NVIDIA because its host mode is a plain venv from the pip index (python_env), which is
+what every versioned vendor has, and its stack converges in under a minute with the
+engine stand-in; the CPU node's real engine would add about 2 minutes of install and
+2 GB per release and prove nothing more about switching releases. Moore Threads keeps
+its environment in place (no releases)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.lab.conftest import changed_tasks, recap
+from vllm_fleet.release import vendor_release_id
+
+ROOT = Path(__file__).resolve().parents[3]
+LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "release"
+WORK = ROOT / ".cache" / "release-test"
+INVENTORY = WORK / "inventory"
+NODE = "nvidia-01"
+MODEL = "gpt-oss-20b"
+UNIT = f"vllm-{MODEL}"
+BASE = "/opt/vllm-fleet"
+
+
+def env() -> dict:
+    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
+
+
+def converge() -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), "site.yml"], cwd=ROOT,
+                          env=env(), capture_output=True, text=True, timeout=900)
+    return proc, time.monotonic() - start
+
+
+def set_matrix(matrix: dict) -> None:
+    """The node's own matrix, in the lab inventory's host_vars (so that `vllm-fleet` sees it too)."""
+    host_vars = INVENTORY / "host_vars"
+    host_vars.mkdir(exist_ok=True)
+    (host_vars / f"{NODE}.yml").write_text(yaml.safe_dump({"fleet_matrix": matrix}))
+
+
+def group_matrix() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars/nvidia-nodes/matrix.yml").read_text())["fleet_matrix"]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    from vllm_fleet import lab as lab_api
+
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    lab_api.down(LAB, log=lambda m: None)
+    # A matrix an earlier run left in host_vars would start the test on release B.
+    (INVENTORY / "host_vars" / f"{NODE}.yml").unlink(missing_ok=True)
+    lab_api.up(LAB, vendors=["nvidia"], nodes_per_vendor=1, inventory_dir=INVENTORY, log=lambda m: None)
+    # One model, without its LoRA adapters: the releases are the subject, not the models.
+    models_file = INVENTORY / "group_vars/nvidia-nodes/models.yml"
+    models = yaml.safe_load(models_file.read_text())
+    models["fleet_models"] = [{**m, "lora_adapters": []} for m in models["fleet_models"] if m["name"] == MODEL]
+    for model in models["fleet_models"]:
+        model["serve"] = {k: v for k, v in model["serve"].items() if "lora" not in k}
+    models_file.write_text(yaml.safe_dump(models))
+    yield lab_api
+    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
+        lab_api.down(LAB, log=lambda m: None)
+
+
+def on_node(lab_api, command: str) -> str:
+    return lab_api.run(LAB, NODE, command, timeout=120)
+
+
+def current(lab_api) -> str:
+    return on_node(lab_api, f"readlink {BASE}/current").strip()
+
+
+def unit_release(lab_api) -> str:
+    """The release the unit's environment names, and the running engine's own environment."""
+    pid = on_node(lab_api, f"systemctl show -p MainPID --value {UNIT}").strip()
+    environ = on_node(lab_api, f"tr '\\0' '\\n' < /proc/{pid}/environ")
+    return next(line.split("=", 1)[1] for line in environ.splitlines() if line.startswith("FLEET_RELEASE="))
+
+
+def transformers(lab_api, venv: str) -> str:
+    out = on_node(lab_api, f"{venv}/bin/python -c 'import importlib.metadata as m; print(m.version(\"transformers\"))'")
+    return out.strip()
+
+
+def chat(lab_api) -> str:
+    """A chat completion from the model, at the port its unit serves on."""
+    unit = on_node(lab_api, f"cat /etc/systemd/system/{UNIT}.service")
+    port = int(re.search(r"^# on port (\d+),", unit, re.M).group(1))
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
+                       "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        message = json.loads(answer.read())["choices"][0]["message"]
+    # gpt-oss reasons first (harmony's analysis channel): a short answer may be reasoning only.
+    text = message.get("content") or message.get("reasoning_content")
+    assert text, message
+    return text
+
+
+def web_requests(lab_api) -> list[str]:
+    from vllm_fleet.lab.paths import lab_paths
+
+    log = lab_paths(LAB).root / "web.log"
+    return log.read_text(errors="replace").splitlines() if log.exists() else []
+
+
+def test_release_switch_and_rollback(lab):
+    matrix_a = group_matrix()
+    release_a = vendor_release_id(matrix_a, "nvidia")
+    matrix_b = {**matrix_a, "transformers": "4.56.0"}
+    release_b = vendor_release_id(matrix_b, "nvidia")
+    assert release_a != release_b
+
+    # 1. Release A.
+    proc, took_a = converge()
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    print(f"\nconverge A (fresh node) {took_a:.1f} s")
+    assert current(lab) == f"releases/{release_a}"
+    assert unit_release(lab) == release_a
+    assert chat(lab)
+
+    # 2. The matrix moves: release B is installed beside A and made current.
+    set_matrix(matrix_b)
+    proc, took_b = converge()
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    print(f"converge B (new release) {took_b:.1f} s")
+    assert current(lab) == f"releases/{release_b}"
+    assert unit_release(lab) == release_b
+    assert transformers(lab, f"{BASE}/current/venv") == "4.56.0"
+    assert transformers(lab, f"{BASE}/releases/{release_a}/venv") == "4.57.1"
+    assert on_node(lab, f"cat {BASE}/releases/history").split() == [release_a, release_b]
+    assert chat(lab)
+
+    # 3. Rollback: back on A, no request to the lab's web server (no download), in seconds.
+    requests_before = len(web_requests(lab))
+    start = time.monotonic()
+    rollback = subprocess.run([str(ROOT / ".venv/bin/vllm-fleet"), "rollback", "-i", str(INVENTORY), "-q"], cwd=ROOT,
+                              env=env(), capture_output=True, text=True, timeout=600)
+    took_rollback = time.monotonic() - start
+    print(f"vllm-fleet rollback {took_rollback:.1f} s")
+    assert rollback.returncode == 0, rollback.stdout[-5000:] + rollback.stderr[-2000:]
+    assert f"{NODE}: release {release_b} -> {release_a}" in rollback.stdout, rollback.stdout
+    assert current(lab) == f"releases/{release_a}"
+    assert unit_release(lab) == release_a
+    assert transformers(lab, f"{BASE}/current/venv") == "4.57.1"
+    assert web_requests(lab)[requests_before:] == []
+    assert chat(lab)
+    assert took_rollback <= 30, f"rollback took {took_rollback:.1f} s"
+
+    # 4. The matrix still says B: the next converge switches back, restarts, and changes nothing else.
+    proc, took_back = converge()
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    print(f"converge B again (installed release) {took_back:.1f} s")
+    assert current(lab) == f"releases/{release_b}"
+    assert unit_release(lab) == release_b
+    changed = set(changed_tasks(proc.stdout).get(NODE, []))
+    assert changed == {
+        "fleet_release : Point current at the release",
+        "fleet_release : Record the release in the history",
+        "vllm_service : Write the launcher, the readiness helper and each model's environment and unit",
+        "vllm_service : Restart the units whose files changed",
+    }, changed
+    assert recap(proc.stdout)[NODE]["changed"] == 4
+    assert chat(lab)
+
+    # 5. Nothing left to do, and both releases kept (fleet_releases_keep 2).
+    proc, _ = converge()
+    assert recap(proc.stdout)[NODE]["changed"] == 0, changed_tasks(proc.stdout)
+    kept = on_node(lab, f"ls {BASE}/releases").split()
+    assert sorted(kept) == sorted([release_a, release_b, "history"]), kept
