@@ -912,17 +912,7 @@ def _inner_main(input_path: str, output_path: str) -> int:
     report: dict = {"python": sys.version.split()[0]}
     started = time.monotonic()
     try:
-        flexible_cls, report["parser_class"] = _import_first([
-            ("vllm.utils.argparse_utils", "FlexibleArgumentParser"),  # from 0.11.2 (checked)
-            ("vllm.utils", "FlexibleArgumentParser"),  # 0.10.x and 0.11.0
-        ])
-        report["platform"] = _pin_cpu_platform()
-        argparse.ArgumentParser.error = _raise_parser_error
-        parser = flexible_cls(prog="vllm", description="vLLM CLI")
-        cmds, report["serve_from"] = _serve_commands(parser)
-        import vllm
-
-        report["vllm_version"] = getattr(vllm, "__version__", "unknown")
+        parser, cmds = _setup_parser(report)
     except BaseException:  # report the reason to the host instead of a bare traceback
         import traceback
 
