@@ -36,3 +36,20 @@ def example_hosts() -> dict[str, dict]:
 def example():
     """A fresh deep copy of the example inventory's host variables."""
     return copy.deepcopy(example_hosts())
+
+
+def lab_host_vars(ctx: dict, node, group: str) -> dict:
+    """One lab node's variables as `vllm-fleet lab up` writes them: the lab inventory's
+    templates (group_vars of `all` and `group`, then the node's host_vars) rendered with `ctx`
+    (vllm_fleet.lab.inventory.render_context)."""
+    import jinja2
+
+    lab_inventory = ROOT / "lab" / "inventory"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(lab_inventory)),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    host_vars: dict = {}
+    for name in ("all", group):
+        for tpl in sorted((lab_inventory / "group_vars" / name).glob("*.j2")):
+            host_vars.update(yaml.safe_load(env.get_template(f"group_vars/{name}/{tpl.name}").render(**ctx)) or {})
+    host_vars.update(yaml.safe_load(env.get_template("host_vars/node.yml.j2").render(node=node, **ctx)))
+    return host_vars

@@ -13,11 +13,10 @@ import struct
 import zipfile
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 
-from tests.conftest import ROOT, example_hosts
+from tests.conftest import ROOT, example_hosts, lab_host_vars
 from vllm_fleet import vendors
 from vllm_fleet.lab import artifacts, cpu, inventory
 from vllm_fleet.lab.nodes import Node
@@ -187,13 +186,7 @@ def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
                 "git": {}, "artifacts": {}}
     node = Node(name=HOST, vendor="cpu", index=0, ssh_port=30001, machine="vf-unit-cpu-01")
     ctx = inventory.render_context(paths, [node], manifest)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "lab" / "inventory")),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    host_vars: dict = {}
-    for group in ("all", "cpu-nodes"):
-        for tpl in sorted((ROOT / "lab" / "inventory" / "group_vars" / group).glob("*.j2")):
-            host_vars.update(yaml.safe_load(env.get_template(f"group_vars/{group}/{tpl.name}").render(**ctx)) or {})
-    host_vars.update(yaml.safe_load(env.get_template("host_vars/node.yml.j2").render(node=node, **ctx)))
+    host_vars = lab_host_vars(ctx, node, "cpu-nodes")
     assert validate_hosts({HOST: host_vars}) == []
     assert host_vars["fleet_pip_index_url"] == f"{web}/pypi-cpu/simple/"
     facts = vendors.accel().read_cpu()

@@ -16,11 +16,10 @@ import sys
 import venv
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 
-from tests.conftest import ROOT, example_hosts
+from tests.conftest import ROOT, example_hosts, lab_host_vars
 from vllm_fleet.lab import artifacts, inventory, nvidia
 from vllm_fleet.lab.nodes import Node
 from vllm_fleet.lab.paths import LabPaths
@@ -190,13 +189,7 @@ def test_lab_inventory_of_an_nvidia_node_is_valid():
     }
     node = Node(name="nvidia-01", vendor="nvidia", index=0, ssh_port=30001, machine="vf-unit-nvidia-01")
     ctx = inventory.render_context(paths, [node], manifest)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "lab" / "inventory")),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    host_vars: dict = {}
-    for group in ("all", "nvidia-nodes"):
-        for tpl in sorted((ROOT / "lab" / "inventory" / "group_vars" / group).glob("*.j2")):
-            host_vars.update(yaml.safe_load(env.get_template(f"group_vars/{group}/{tpl.name}").render(**ctx)) or {})
-    host_vars.update(yaml.safe_load(env.get_template("host_vars/node.yml.j2").render(node=node, **ctx)))
+    host_vars = lab_host_vars(ctx, node, "nvidia-nodes")
     assert validate_hosts({"nvidia-01": host_vars}) == []
     assert host_vars["nvidia_driver_apt_repositories"] == [{
         "name": "vllm-fleet-lab", "uris": [f"{web}/apt/nvidia"], "suites": ["stable"], "components": ["main"],
