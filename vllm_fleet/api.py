@@ -230,11 +230,11 @@ def _secret_values(secrets: dict | None) -> list[str]:
     return sorted(set(found), key=len, reverse=True)
 
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
-
-
 def _environment_secrets() -> list[str]:
-    return [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 4]
+    """Values of environment variables named like secrets (the one rule: validation.SECRET_NAME)."""
+    from vllm_fleet.validation import SECRET_NAME  # noqa: PLC0415 - jsonschema only when a run starts
+
+    return [v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 4]
 
 
 def scrub(value: Any, secrets: Iterable[str]) -> Any:

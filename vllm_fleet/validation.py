@@ -25,6 +25,7 @@ import jsonschema
 import yaml
 
 from vllm_fleet import PROJECT_DIR, vendors
+from vllm_fleet.api import MASK
 from vllm_fleet.models import DATA_DIR, parallel_size, resolve_models
 
 SCHEMA_FILE = DATA_DIR / "inventory.schema.yml"
@@ -196,7 +197,7 @@ def role_variable_problems(host_vars: dict) -> list[str]:
 # ------------------------------------------------------------------ secrets, paths, users, ports, groups
 
 #: Variables (and keys at any depth) whose values are secrets: never echoed in a message.
-_SECRET_WORDS = re.compile(r"token(?!iz)|api_?key|password|passwd|secret|credential|private_key", re.I)
+_SECRET_WORDS = re.compile(r"token(?!iz)|api_?key|access_?key|password|passwd|secret|credential|private_key", re.I)
 #: Names with "token" that count tokens (max_num_batched_tokens, ...) and are no secrets.
 _TOKEN_COUNTS = re.compile(r"max_|num_|_len|batched|budget|count", re.I)
 
@@ -212,7 +213,6 @@ class _SecretName:
 
 
 SECRET_NAME = _SecretName()
-MASK = "********"
 
 
 def _is_secret_path(parts) -> bool:
