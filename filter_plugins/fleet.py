@@ -81,6 +81,21 @@ def fleet_router_backends(hostvars, router_models):
         raise AnsibleFilterError(f"fleet_router_backends: {exc}") from exc
 
 
+def fleet_router_routes(hostvars, node):
+    """The routers in front of `node` (vllm_fleet.router.routes): every router host's
+    router_models against every fleet node of the inventory."""
+    from vllm_fleet import router
+
+    fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+             if "fleet" in (hostvars[h].get("group_names") or [])}
+    routers = {h: _plain(hostvars[h].get("router_models") or []) for h in hostvars.keys()
+               if "router" in (hostvars[h].get("group_names") or [])}
+    try:
+        return router.routes(str(node), routers, fleet)
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_router_routes: {exc}") from exc
+
+
 def fleet_placeholder_checksums(hostvars, hosts):
     """Sorted, unique `fleet_matrix...` paths that still carry a placeholder sha256."""
     from vllm_fleet import validation
@@ -215,6 +230,7 @@ class FilterModule:
             "fleet_inventory_problems": fleet_inventory_problems,
             "fleet_placeholder_checksums": fleet_placeholder_checksums,
             "fleet_router_backends": fleet_router_backends,
+            "fleet_router_routes": fleet_router_routes,
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,

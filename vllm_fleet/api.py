@@ -105,6 +105,9 @@ class RunResult:
     #: Per host whose release was read: {from, to, installed} (roles/fleet_release); from == to
     #: when the run did not move it.
     releases: dict[str, dict] = field(default_factory=dict)
+    #: A rollout's progress: {serial, max_fail_percentage, reached: nodes whose turn came, in
+    #: order, not_reached: the run's other fleet nodes (untouched)}; None for other runs.
+    rollout: dict | None = None
 
     def __post_init__(self):
         # Validation stops the run at its first host (the assert runs once): the recap would
@@ -157,6 +160,7 @@ class RunResult:
             "check_stopped": dict(sorted(self.check_stopped.items())),
             "components": dict(sorted(self.components.items())),
             "releases": dict(sorted(self.releases.items())),
+            "rollout": self.rollout,
             "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
         }
 
@@ -183,6 +187,11 @@ class RunResult:
             moved = release["from"] != release["to"]
             lines.append(f"{host}: release {release['from'] or 'none'} -> {release['to']}" if moved
                          else f"{host}: release {release['to'] or 'none'} (unchanged)")
+        if self.rollout is not None:
+            lines.append(f"rollout, {self.rollout['serial']} node(s) at a time: {len(self.rollout['reached'])} of "
+                         f"{len(self.rollout['reached']) + len(self.rollout['not_reached'])} node(s) reached"
+                         + (f"; stopped before {', '.join(self.rollout['not_reached'])} (untouched)"
+                            if self.rollout['not_reached'] else ""))
         for host, reason in sorted(self.check_stopped.items()):
             lines.append(f"{host}: check mode stopped previewing: {reason} (a real run does it first)")
         if self.artifacts_dir:
@@ -288,6 +297,7 @@ class _Collector:
         self.check_stopped: dict[str, str] = {}
         self.components: dict[str, list[dict]] = {}
         self.releases: dict[str, dict] = {}
+        self.rollout_reached: list[str] = []
 
     def __call__(self, event: dict) -> bool:
         scrub(event, self.secrets)
@@ -314,6 +324,8 @@ class _Collector:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
             if kind == "runner_on_ok" and isinstance(facts.get("doctor_report"), list):
                 self.components[data.get("host", "?")] = facts["doctor_report"]
+            if kind == "runner_on_ok" and "fleet_rollout_turn" in facts and data.get("host") not in self.rollout_reached:
+                self.rollout_reached.append(data.get("host", "?"))
             if kind == "runner_on_ok" and isinstance(facts.get("fleet_release_state"), dict):
                 self._release(data.get("host", "?"), facts["fleet_release_state"])
             duration = data.get("duration")
@@ -419,8 +431,9 @@ def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
 def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | None = None,
                  extravars: dict | None = None, secrets: dict | None = None, check: bool = False,
                  event_handler: EventHandler | None = None, private_data_dir: str | os.PathLike | None = None,
-                 verbosity: int = 0, quiet: bool = True) -> RunResult:
-    """Run one of the project's playbooks (path relative to the project) through ansible-runner."""
+                 verbosity: int = 0, quiet: bool = True, rollout: dict | None = None) -> RunResult:
+    """Run one of the project's playbooks (path relative to the project) through ansible-runner.
+    `rollout` ({serial, max_fail_percentage, nodes}): the run is a rollout of those nodes."""
     import ansible_runner
 
     inventory_path = Path(inventory)
@@ -477,7 +490,10 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                      rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
                      task_durations=collector.task_durations, check_stopped=collector.check_stopped,
-                     components=collector.components, releases=collector.releases)
+                     components=collector.components, releases=collector.releases,
+                     rollout=({**rollout, "reached": collector.rollout_reached,
+                               "not_reached": [h for h in rollout["nodes"] if h not in collector.rollout_reached]}
+                              if rollout is not None else None))
 
 
 def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> RunResult:
@@ -494,6 +510,42 @@ def rollback(inventory, limit=None, extravars=None, **kwargs) -> RunResult:
     """Return each node to its previous release (no download, no build), restart its units on it
     and pass their readiness gate; `result.releases` says per node from which release to which."""
     return run_playbook("playbooks/rollback.yml", inventory, limit=limit, extravars=extravars, **kwargs)
+
+
+_SERIAL = re.compile(r"^(?:[1-9][0-9]*|(?:[1-9][0-9]?|100)%)$")
+
+
+def rollout(inventory, limit=None, extravars=None, serial: int | str = 1, max_fail_percentage: int = 0,
+            **kwargs) -> RunResult:
+    """Apply the inventory's changes (site.yml) `serial` nodes at a time (a count or "N%"): each node
+    drained from the routers in front of its models, converged, gated, readied again; a node that
+    fails goes back to the release it came from, and once more than `max_fail_percentage` percent of
+    a batch failed (Ansible's rule; a batch whose nodes all failed always stops) no later batch
+    starts. `result.rollout` says which nodes were reached, `result.releases` on which release each is."""
+    serial = str(serial).strip()
+    if not _SERIAL.match(serial):
+        raise ValueError(f"serial {serial!r}: a number of nodes (1, 2, ...) or a percentage (1% to 100%)")
+    if isinstance(max_fail_percentage, bool) or not isinstance(max_fail_percentage, int) \
+            or not 0 <= max_fail_percentage <= 100:
+        raise ValueError(f"max_fail_percentage {max_fail_percentage!r}: a whole number from 0 to 100")
+    nodes = fleet_nodes(inventory, limit)
+    rollout_vars = {"fleet_rollout_serial": int(serial) if serial.isdigit() else serial,
+                    "fleet_rollout_max_fail_percentage": max_fail_percentage}
+    return run_playbook("site.yml", inventory, limit=limit, extravars={**(extravars or {}), **rollout_vars},
+                        rollout={"serial": serial, "max_fail_percentage": max_fail_percentage, "nodes": nodes},
+                        **kwargs)
+
+
+def fleet_nodes(inventory, limit: str | None = None) -> list[str]:
+    """The inventory's fleet nodes a run with `limit` targets, in inventory order (Ansible's own
+    inventory parser: the same hosts ansible-playbook would see)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[str(Path(inventory).resolve())])
+    if limit:
+        manager.subset(limit)
+    return [host.name for host in manager.get_hosts("fleet")]
 
 
 def verify(inventory, limit=None, extravars=None, **kwargs) -> RunResult:

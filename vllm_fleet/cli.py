@@ -5,6 +5,7 @@
     vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
+    vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
@@ -176,6 +177,8 @@ def cmd_run(args) -> int:
             result = api.doctor(inventory, **kwargs)
         elif args.command == "rollback":
             result = api.rollback(inventory, **kwargs)
+        elif args.command == "rollout":
+            result = api.rollout(inventory, serial=args.serial, max_fail_percentage=args.max_fail_percentage, **kwargs)
         else:
             result = api.verify(inventory, **kwargs)
     finally:
@@ -276,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
         run_options(p)
         p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
         p.set_defaults(func=cmd_run)
+    p = sub.add_parser("rollout", help="apply the inventory's changes a batch of nodes at a time, each drained from its "
+                       "routers, gated, and sent back to its previous release if it fails")
+    run_options(p)
+    p.add_argument("--serial", default="1", help="nodes per batch: a number or a percentage such as 25%% (default 1)")
+    p.add_argument("--max-fail-percentage", type=int, default=0,
+                   help="failed nodes of a batch, in percent, beyond which no later batch starts (default 0)")
+    p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("plan", help="write every host's files and command lines, contacting no node")
     run_options(p)
     p.add_argument("-o", "--out", required=True, help="directory to write the plan into")

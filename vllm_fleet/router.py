@@ -78,3 +78,17 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
 def router_listeners(router_models: list[dict], listen_address: str) -> list[tuple[str, Any]]:
     """(address, port) of every frontend a router host opens."""
     return [(listen_address, e.get("port")) for e in router_models or []]
+
+
+def routes(node: str, routers: dict[str, list[dict]], fleet_hosts: dict[str, dict]) -> list[dict]:
+    """The routers in front of `node`: one {router, model, router_models} per router host and
+    served model name of which `node` is a server, routers in name order. A rollout drains
+    the node on each before its units restart and readies it after (roles/fleet_rollout);
+    `router_models` is the router's own list, which its drain tasks resolve the server from."""
+    out = []
+    for router_host in sorted(routers):
+        entries = routers[router_host] or []
+        for backend in backends(entries, fleet_hosts):
+            if any(server["host"] == node for server in backend["servers"]):
+                out.append({"router": router_host, "model": backend["name"], "router_models": entries})
+    return out

@@ -177,12 +177,12 @@ def test_paths_have_one_home_and_units_run_the_stable_current_link():
 
 
 def test_converge_switches_release_after_the_models_and_right_before_the_units_restart():
-    (play,) = load("playbooks/converge.yml")
-    steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in play["tasks"]]
+    tasks = load("playbooks/tasks/converge-node.yml")
+    steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in tasks]
     names = [s["name"] for s in steps]
     assert names.index("fleet_release") == names.index("vllm_service") - 1
     assert names.index("fleet_release") > names.index("model_fetch") > names.index("{{ fleet_vendor.role }}")
-    assert play["tasks"][names.index("fleet_release")]["when"] == "_fleet_releases_enabled"
+    assert tasks[names.index("fleet_release")]["when"] == "_fleet_releases_enabled"
 
 
 def test_the_role_marks_reads_switches_and_prunes_in_that_order():

@@ -165,7 +165,8 @@ def build_standin_wheels(out_dir: Path) -> list[Path]:
             requires = [r.replace("@VERSION@", version) for r in dist.get("requires", [])]
             built.append(write_wheel(out_dir, dist["name"], version, files, requires, dist.get("summary", "")))
     for release in plan.get("engine_releases", []):
-        built.append(build_engine_release(out_dir, release["version"], release.get("requires", [])))
+        built.append(build_engine_release(out_dir, release["version"], release.get("requires", []),
+                                          startup_error=release.get("startup_error")))
     return built
 
 
@@ -173,13 +174,15 @@ def build_standin_wheels(out_dir: Path) -> list[Path]:
 ENGINE_DIR = FIXTURES_DIR / "repos" / "vllm"
 
 
-def build_engine_release(out_dir: Path, version: str, requires: list[str]) -> Path:
+def build_engine_release(out_dir: Path, version: str, requires: list[str], startup_error: str | None = None) -> Path:
     """The engine stand-in as the release wheel ``vllm==version`` of a pip index.
 
     What ``pip install vllm==<release>`` gets from PyPI: the package, a
     ``vllm/_version.py`` naming the release (as setuptools-scm writes it into a
     release build, and which the stand-in's version module reads first), the
     ``vllm`` console script, and the release's requirements (the torch it pins).
+    With `startup_error`, a bad release: ``vllm/_release_fault.py`` carries the message
+    ``vllm serve`` fails with at start-up (vllm.entrypoints.cli.main).
     """
     files: dict[str, str | bytes] = {}
     package = ENGINE_DIR / "vllm"
@@ -188,6 +191,8 @@ def build_engine_release(out_dir: Path, version: str, requires: list[str]) -> Pa
             continue  # a checkout's own build output; the release's is written below
         files[path.relative_to(ENGINE_DIR).as_posix()] = path.read_bytes()
     files["vllm/_version.py"] = f"# Written by the lab's release build.\n__version__ = version = {version!r}\n"
+    if startup_error:
+        files["vllm/_release_fault.py"] = f"# Written by the lab's release build: a bad release.\nMESSAGE = {startup_error!r}\n"
     return write_wheel(out_dir, "vllm", version, files, requires,
                        "A high-throughput and memory-efficient inference and serving engine for LLMs "
                        "(vllm-fleet lab stand-in)", scripts={"vllm": "vllm.entrypoints.cli.main:main"})

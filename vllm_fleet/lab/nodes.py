@@ -143,10 +143,29 @@ def is_running(paths: LabPaths, node: Node) -> bool:
     return _supervisor_pid(node_dir(paths, node.name)) is not None
 
 
+#: Kernel limits every container's systemd (PID 1, journald, logind, ...) draws on: inotify
+#: instances and watches are counted per user, and every container's processes are the
+#: host's root. The kernel's default of 128 instances runs out at about 15 booted nodes
+#: (several labs side by side: the test suite's), and systemd then fails to start with
+#: "Too many open files". Raised, never lowered, when a node boots.
+INOTIFY_LIMITS = {"/proc/sys/fs/inotify/max_user_instances": 8192,
+                  "/proc/sys/fs/inotify/max_user_watches": 1048576}
+
+
+def raise_inotify_limits(limits: dict[str, int] | None = None) -> None:
+    for path, wanted in (limits or INOTIFY_LIMITS).items():
+        try:
+            if int(Path(path).read_text()) < wanted:
+                Path(path).write_text(f"{wanted}\n")
+        except (OSError, ValueError):
+            pass  # not ours to change (a container, a read-only /proc/sys): boot as far as it goes
+
+
 def start_node(paths: LabPaths, node: Node) -> None:
     d = node_dir(paths, node.name)
     if _supervisor_pid(d) is not None:
         return
+    raise_inotify_limits()
     proc = subprocess.Popen([str(d / "run.sh")], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     (d / "supervisor.pid").write_text(f"{proc.pid}\n")

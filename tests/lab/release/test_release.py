@@ -48,11 +48,13 @@ def converge() -> tuple[subprocess.CompletedProcess, float]:
     return proc, time.monotonic() - start
 
 
-def set_matrix(matrix: dict) -> None:
-    """The node's own matrix, in the lab inventory's host_vars (so that `vllm-fleet` sees it too)."""
-    host_vars = INVENTORY / "host_vars"
-    host_vars.mkdir(exist_ok=True)
-    (host_vars / f"{NODE}.yml").write_text(yaml.safe_dump({"fleet_matrix": matrix}))
+def set_matrix(matrix: dict | None) -> None:
+    """The node's own matrix (None: the group's), in the lab inventory's host_vars beside the lab's
+    own values (its ports), so that `vllm-fleet` sees it too."""
+    path = INVENTORY / "host_vars" / f"{NODE}.yml"
+    values = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
+    values.pop("fleet_matrix", None)
+    path.write_text(yaml.safe_dump({**values, **({"fleet_matrix": matrix} if matrix else {})}))
 
 
 def group_matrix() -> dict:
@@ -66,8 +68,6 @@ def lab():
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     lab_api.down(LAB, log=lambda m: None)
-    # A matrix an earlier run left in host_vars would start the test on release B.
-    (INVENTORY / "host_vars" / f"{NODE}.yml").unlink(missing_ok=True)
     lab_api.up(LAB, vendors=["nvidia"], nodes_per_vendor=1, inventory_dir=INVENTORY, log=lambda m: None)
     # One model, without its LoRA adapters: the releases are the subject, not the models.
     models_file = INVENTORY / "group_vars/nvidia-nodes/models.yml"

@@ -1,0 +1,133 @@
+"""The router's lab: two NVIDIA nodes serving the same model behind one HAProxy router node.
+
+Shared by the router's tests (test_router.py) and the rolling changes' (test_router_rollout.py,
+which run after them: they change the nodes' flags and release).
+
+NVIDIA because its host mode is versioned (a release per matrix, roles/fleet_release), which a
+rollout switches and rolls back, and its stack converges in about a minute with the engine
+stand-in; the CPU node's real engine would take about 2 minutes and 2 GB per node and per
+release and prove nothing more about routing. Each node serves one model (gpt-oss-20b, without
+its LoRA adapters). Which node answered is read from each node's engine access log (its journal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.lab.conftest import recap
+
+ROOT = Path(__file__).resolve().parents[3]
+LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "router"
+WORK = ROOT / ".cache" / "router-test"
+INVENTORY = WORK / "inventory"
+MODEL = "gpt-oss-20b"
+UNIT = f"vllm-{MODEL}"
+NODES = ("nvidia-01", "nvidia-02")
+ROUTER = "router-01"
+BASE = "/opt/vllm-fleet"
+
+
+def env() -> dict:
+    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
+
+
+def playbook(*args: str, playbook: str = "site.yml") -> subprocess.CompletedProcess:
+    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+
+
+def vllm_fleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / ".venv/bin/vllm-fleet"), *args, "-i", str(INVENTORY), "-q"], cwd=ROOT,
+                          env=env(), capture_output=True, text=True, timeout=900)
+
+
+def set_host_vars(host: str, **values) -> None:
+    """Values of one host, in the lab inventory's host_vars (which `vllm-fleet` reads too), beside
+    the lab's own (its ports); None removes a value."""
+    path = INVENTORY / "host_vars" / f"{host}.yml"
+    merged = {**((yaml.safe_load(path.read_text()) if path.exists() else None) or {}), **values}
+    path.write_text(yaml.safe_dump({k: v for k, v in merged.items() if v is not None}, sort_keys=False))
+
+
+def host_vars(host: str) -> dict:
+    path = INVENTORY / "host_vars" / f"{host}.yml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def group_matrix() -> dict:
+    return yaml.safe_load((INVENTORY / "group_vars/nvidia-nodes/matrix.yml").read_text())["fleet_matrix"]
+
+
+@pytest.fixture(scope="package")
+def routed():
+    """The lab booted and converged; yields (lab API, router port). Timings go to the test's output."""
+    from vllm_fleet import lab as lab_api
+    from vllm_fleet.lab.paths import lab_paths
+
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    lab_api.down(LAB, log=lambda m: None)
+    start = time.monotonic()
+    lab_api.up(LAB, vendors=["nvidia"], nodes_per_vendor=2, routers=1, inventory_dir=INVENTORY, log=lambda m: None)
+    booted = time.monotonic()
+    port = lab_paths(LAB).service_port(2, 0)  # router-01 is the third node (index 2)
+    models = yaml.safe_load((INVENTORY / "group_vars/nvidia-nodes/models.yml").read_text())["fleet_models"]
+    model = next(m for m in models if m["name"] == MODEL)
+    model = {**model, "lora_adapters": [],
+             "serve": {k: v for k, v in model["serve"].items() if "lora" not in k}}
+    for node in NODES:
+        # A unit whose engine fails restarts after 2 s (not 10): the readiness gate gives up
+        # on a bad release after its restarts in seconds.
+        set_host_vars(node, fleet_models=[model], vllm_service_restart_sec=2)
+    set_host_vars(ROUTER, router_models=[{"name": MODEL, "port": port}], router_check_interval="1s")
+    proc = playbook()
+    converged = time.monotonic()
+    print(f"\nlab up {booted - start:.1f} s, site.yml {converged - booted:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert set(recap(proc.stdout)) == {*NODES, ROUTER}
+    yield lab_api, port
+    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
+        lab_api.down(LAB, log=lambda m: None)
+
+
+def chat(port: int, timeout: float = 30) -> dict:
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
+                       "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        assert answer.status == 200
+        return json.loads(answer.read())
+
+
+def answered(lab_api) -> dict[str, int]:
+    """Chat completions each node's engine has logged so far."""
+    return {node: int(lab_api.run(LAB, node, f"journalctl -u {UNIT} -o cat | grep -c 'POST /v1/chat/completions' "
+                                  "|| true").strip() or 0) for node in NODES}
+
+
+def server_status(lab_api) -> dict[str, str]:
+    """HAProxy's view of each server of the model's backend (UP, DOWN, DRAIN, ...)."""
+    out = lab_api.run(LAB, ROUTER, 'echo "show stat" | socat stdio unix-connect:/run/haproxy/admin.sock')
+    rows = [line.split(",") for line in out.splitlines() if line.startswith(f"model_{MODEL},")]
+    return {row[1]: row[17] for row in rows if row[1] in NODES}
+
+
+def wait_status(lab_api, node: str, status: str, timeout: float = 20) -> float:
+    start = time.monotonic()
+    while server_status(lab_api).get(node) != status:
+        assert time.monotonic() - start < timeout, f"{node} not {status}: {server_status(lab_api)}"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {node: after[node] - before[node] for node in NODES}
