@@ -98,6 +98,13 @@ def routed():
         lab_api.down(LAB, log=lambda m: None)
 
 
+def answer_text(answer: dict) -> str:
+    """What the model said: gpt-oss reasons first (harmony's analysis channel), so a short
+    answer may be reasoning only."""
+    message = answer["choices"][0]["message"]
+    return message.get("content") or message.get("reasoning_content") or ""
+
+
 def chat(port: int, timeout: float = 30) -> dict:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
                        "max_tokens": 8}).encode()

@@ -8,8 +8,8 @@ import time
 import urllib.request
 
 from tests.lab.conftest import recap
-from tests.lab.router.conftest import (LAB, MODEL, ROUTER, UNIT, answered, chat, delta, playbook, server_status,
-                                       wait_status)
+from tests.lab.router.conftest import (LAB, MODEL, ROUTER, UNIT, answer_text, answered, chat, delta, playbook,
+                                       server_status, wait_status)
 
 
 def test_requests_through_the_router_reach_both_nodes(routed):
@@ -17,7 +17,7 @@ def test_requests_through_the_router_reach_both_nodes(routed):
     assert server_status(lab_api) == {"nvidia-01": "UP", "nvidia-02": "UP"}
     before = answered(lab_api)
     for _ in range(10):
-        assert chat(port)["choices"][0]["message"]["content"]
+        assert answer_text(chat(port))
     spread = delta(before, answered(lab_api))
     assert sum(spread.values()) == 10 and min(spread.values()) >= 3, spread
 

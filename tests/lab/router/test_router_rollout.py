@@ -17,8 +17,8 @@ import urllib.error
 
 import pytest
 
-from tests.lab.router.conftest import (BASE, LAB, NODES, UNIT, answered, chat, delta, group_matrix, host_vars,
-                                       server_status, set_host_vars, vllm_fleet)
+from tests.lab.router.conftest import (BASE, LAB, NODES, UNIT, answer_text, answered, chat, delta, group_matrix,
+                                       host_vars, server_status, set_host_vars, vllm_fleet)
 from vllm_fleet.release import vendor_release_id
 
 
@@ -36,7 +36,7 @@ class Client(threading.Thread):
         while not self.stop.is_set():
             self.sent += 1
             try:
-                assert chat(self.port, timeout=60)["choices"][0]["message"]
+                assert answer_text(chat(self.port, timeout=60))
             except (OSError, AssertionError, urllib.error.HTTPError, ValueError) as exc:
                 self.failures.append(f"request {self.sent}: {exc!r}")
             time.sleep(0.05)
