@@ -396,8 +396,23 @@ def inventory_files(inventory: Path) -> list[Path]:
     return [p for p in files if p.suffix in (".yml", ".yaml", ".json", "") and not p.name.startswith(".")]
 
 
+#: Variables Ansible reads before any host's variables (play keywords: playbooks/converge.yml):
+#: given in an inventory file they would be ignored, so they are refused there.
+EXTRA_VARS_ONLY = frozenset({"fleet_rollout_serial", "fleet_rollout_max_fail_percentage"})
+
+
+def _keys(value: Any) -> set[str]:
+    """Every mapping key at any depth of a parsed YAML document."""
+    if isinstance(value, dict):
+        return {str(k) for k in value} | set().union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
+
+
 def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
-    """YAML syntax errors of the inventory's files, each with file, line and column; [] when all parse.
+    """YAML syntax errors of the inventory's files, each with file, line and column, and variables
+    that only work on the command line (EXTRA_VARS_ONLY); [] when there are none.
 
     Checked here, before ansible-runner starts, because Ansible reports a broken
     group_vars file as a failed run (exit 2) and not as an invalid inventory.
@@ -415,7 +430,7 @@ def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
         if text.lstrip().startswith("$ANSIBLE_VAULT"):
             continue
         try:
-            list(yaml.load_all(text, Loader=_InventoryLoader))  # noqa: S506 - a SafeLoader subclass
+            docs = list(yaml.load_all(text, Loader=_InventoryLoader))  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
             where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -423,6 +438,11 @@ def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
             context = getattr(exc, "context", None)
             problems.append(f"inventory file {path.relative_to(base)}{where}: YAML syntax error: {what}"
                             + (f" ({context})" if context else "") + "; nothing was run")
+            continue
+        for name in sorted(_keys(docs) & EXTRA_VARS_ONLY):
+            problems.append(f"inventory file {path.relative_to(base)} sets {name}: a rollout's batches are decided "
+                            "before any inventory variable is read, so there it would be ignored; give it on the "
+                            f"command line (vllm-fleet rollout --serial/--max-fail-percentage, or -e {name}=...)")
     return problems
 
 

@@ -34,7 +34,6 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     """One play over `fleet` under the free strategy: each node goes on at its own pace,
     and a vendor whose nodes all fail does not end the play for the other vendors."""
     in_place, rollout = load(ROOT / "playbooks" / "converge.yml")
-    assert in_place["hosts"] == "fleet"
     assert in_place["strategy"] == "free"
     assert [r["role"] for r in in_place["roles"]] == ["fleet"]
     assert [t["ansible.builtin.import_tasks"] for t in in_place["tasks"]] == ["tasks/converge-node.yml"]
@@ -44,26 +43,26 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
                                           "model_fetch", "fleet_release", "vllm_service", "report"]
     # The vendor's role is chosen per node, at run time.
     assert "ansible.builtin.include_role" in steps_file[2]
-    # Exactly one of the two plays runs: the in-place one unless a rollout was asked for.
-    assert in_place["pre_tasks"][0]["ansible.builtin.meta"] == "end_play"
-    assert in_place["pre_tasks"][0]["when"] == "fleet_rollout_serial is defined"
-    assert rollout["pre_tasks"][0]["when"] == "fleet_rollout_serial is not defined"
+    # Exactly one of the two plays has hosts, decided from extra vars before any host's variables
+    # are read (as `serial` is): the in-place one unless a rollout was asked for.
+    assert in_place["hosts"] == "{{ 'fleet' if fleet_rollout_serial is not defined else 'fleet:!fleet' }}"
+    assert rollout["hosts"] == "{{ 'fleet' if fleet_rollout_serial is defined else 'fleet:!fleet' }}"
 
 
 def test_a_rollout_drains_converges_and_readies_each_node_in_batches_and_rescues_a_failed_one():
     _, rollout = load(ROOT / "playbooks" / "converge.yml")
-    assert rollout["hosts"] == "fleet"
     # max_fail_percentage needs the linear strategy (the free one ignores it, with a warning).
     assert "strategy" not in rollout
     assert rollout["serial"] == "{{ fleet_rollout_serial | default('100%') }}"
     assert rollout["max_fail_percentage"] == "{{ fleet_rollout_max_fail_percentage | default(0) }}"
-    turn = next(t for t in rollout["tasks"] if "block" in t)
-    block = [t.get("ansible.builtin.include_role", {}).get("tasks_from") or t.get("ansible.builtin.import_tasks")
-             for t in turn["block"]]
-    assert block == ["drain.yml", "tasks/converge-node.yml", "ready.yml"]
-    (rescue,) = turn["rescue"]
-    assert rescue["ansible.builtin.include_role"] == {"name": "fleet_rollout", "tasks_from": "rescue.yml",
-                                                      "rolespec_validate": False}
+    (turn,) = [t for t in rollout["tasks"] if "ansible.builtin.include_role" in t]
+    assert turn["ansible.builtin.include_role"]["name"] == "fleet_rollout"
+    # The in-place play's steps, one file for both plays.
+    assert turn["vars"]["fleet_rollout_steps"] == "{{ playbook_dir }}/tasks/converge-node.yml"
+    (block,) = load(ROOT / "roles" / "fleet_rollout" / "tasks" / "turn.yml")
+    assert [t["ansible.builtin.include_tasks"] for t in block["block"]] == [
+        "drain.yml", "{{ fleet_rollout_steps }}", "ready.yml"]
+    assert [t["ansible.builtin.include_tasks"] for t in block["rescue"]] == ["rescue.yml"]
     # The rescue goes back to the release the node came from, readies it, then fails the node.
     steps = load(ROOT / "roles" / "fleet_rollout" / "tasks" / "rescue.yml")
     kinds = [next(k for k in t if k.startswith("ansible.builtin.")) for t in steps]

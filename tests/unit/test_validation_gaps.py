@@ -177,6 +177,21 @@ def test_vault_files_and_tags_are_not_syntax_errors(inventory):
     assert api.inventory_syntax_problems(inventory) == []
 
 
+def test_a_rollout_setting_in_an_inventory_file_is_refused(inventory):
+    """Play keywords (serial, max_fail_percentage) never see inventory variables: set there,
+    they would be ignored, so the run stops before it starts."""
+    (inventory / "group_vars" / "nvidia-nodes" / "rollout.yml").write_text("---\nfleet_rollout_serial: 1\n")
+    hosts = inventory / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("    nvidia-01:\n", "    nvidia-01:\n              fleet_rollout_max_fail_percentage: 5\n", 1))
+    problems = api.inventory_syntax_problems(inventory)
+    assert [p.split(":")[0] for p in problems] == [
+        "inventory file hosts.yml sets fleet_rollout_max_fail_percentage",
+        "inventory file group_vars/nvidia-nodes/rollout.yml sets fleet_rollout_serial"], problems
+    assert "vllm-fleet rollout --serial" in problems[1]
+    result = api.rollout(str(inventory))
+    assert result.exit_code == api.EXIT_INVALID_INVENTORY and result.problems == problems
+
+
 # ------------------------------------------------------------------ through the playbook
 
 def _edit(path: Path, fn):

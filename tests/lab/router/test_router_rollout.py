@@ -112,7 +112,8 @@ def test_a_release_whose_engine_fails_rolls_the_first_node_back_and_never_touche
     lab_api, port = routed_quiet
     matrix = group_matrix()
     good = vendor_release_id(matrix, "nvidia")
-    bad_matrix = {**matrix, "vllm": {**matrix["vllm"], "version": "0.11.2.post1"}}
+    bad_matrix = {**matrix, "vllm": {**matrix["vllm"], "version": "0.11.2.post1"},
+                  "vllm_image": {**matrix["vllm_image"], "tag": "v0.11.2.post1"}}
     bad = vendor_release_id(bad_matrix, "nvidia")
     assert {current(lab_api, node) for node in NODES} == {f"releases/{good}"}
     second_pid = on_node(lab_api, NODES[1], f"systemctl show -p MainPID --value {UNIT}")
