@@ -133,6 +133,8 @@ class StatusResult:
     window: float
     duration: float
     read_at: float
+    #: Of `duration`, the seconds spent loading the inventory (ansible-core) before any read.
+    inventory_s: float = 0.0
 
     @property
     def down(self) -> list[ModelStatus]:
@@ -158,7 +160,8 @@ class StatusResult:
 
     def to_dict(self) -> dict:
         return {"inventory": self.inventory, "limit": self.limit, "window_s": self.window,
-                "duration_s": round(self.duration, 2), "read_at": self.read_at, "exit_code": self.exit_code,
+                "duration_s": round(self.duration, 2),
+                "inventory_s": round(self.inventory_s, 2), "read_at": self.read_at, "exit_code": self.exit_code,
                 "ok": self.ok, "rows": [r.to_dict() for r in self.rows],
                 "nodes": {n: {"reachable": s.reachable, "error": s.error, "vendor": s.vendor,
                               "device_health": s.device_health, "devices": s.devices, "smi_error": s.smi_error}
@@ -286,6 +289,14 @@ def _accel():
     """module_utils/vllm_fleet_accel.py (the facts module's parsers), loaded from its file:
     Ansible ships it to nodes as ansible.module_utils.*, which is no package of ours here."""
     name = "vllm_fleet_status_accel"
+    with _ACCEL_LOCK:  # node threads ask at once; the first loads it
+        return sys.modules.get(name) or _load_accel(name)
+
+
+_ACCEL_LOCK = threading.Lock()
+
+
+def _load_accel(name: str):
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py")
         module = importlib.util.module_from_spec(spec)
@@ -333,7 +344,15 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
                 timeout: float = 5.0) -> str:
     """The script a node runs (from stdin): its clocks, `systemctl show` of its units, the vendor
     SMI listing, and the HTTP reads of `checks` ({unit, url, key}) that only the node reaches."""
-    lines = [f"echo '{_MARK}clock'",
+    lines = []
+    if checks:
+        # Started first, in the background: its window passes while systemctl and the SMI tool run.
+        program = (NODE_READER.replace("CHECKS", repr(checks)).replace("WINDOW", repr(float(window)))
+                   .replace("TIMEOUT", repr(float(timeout)))
+                   .replace("NAMES_", repr((RUNNING, WAITING, GENERATION_TOKENS, *KV_CACHE))))
+        lines += ["http=$(mktemp)", "python3 - >\"$http\" 2>&1 <<'VLLM_FLEET_STATUS_EOF' &", program.strip(),
+                  "VLLM_FLEET_STATUS_EOF"]
+    lines += [f"echo '{_MARK}clock'",
              # Wall clock and CLOCK_MONOTONIC (the clock of systemd's *TimestampMonotonic) read
              # together; without python3, /proc/uptime (boot time: the same unless the node slept).
              "python3 -c 'import time; print(time.time(), time.monotonic())' 2>/dev/null"
@@ -354,10 +373,7 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
                   f"else echo '{spec['tool']} not found in {', '.join(spec['tool_dirs'])}, on PATH or in the sbin "
                   f"directories'; echo '{_MARK}smi-rc 127'; fi"]
     if checks:
-        program = (NODE_READER.replace("CHECKS", repr(checks)).replace("WINDOW", repr(float(window)))
-                   .replace("TIMEOUT", repr(float(timeout)))
-                   .replace("NAMES_", repr((RUNNING, WAITING, GENERATION_TOKENS, *KV_CACHE))))
-        lines += [f"echo '{_MARK}http'", "python3 - <<'VLLM_FLEET_STATUS_EOF'", program.strip(), "VLLM_FLEET_STATUS_EOF"]
+        lines += ["wait", f"echo '{_MARK}http'", "cat \"$http\"", "rm -f \"$http\""]
     return "\n".join(lines) + "\n"
 
 
@@ -422,17 +438,25 @@ HOST_KEYS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_privat
              "fleet_serve_listen", "fleet_serve_api_key", "fleet_serve_unauthenticated")
 
 
+_PLUGINS_READY = False
+
+
 def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None, secrets: dict | None = None) -> dict[str, dict]:
     """The fleet hosts of the inventory (within `limit`) with the variables status reads,
     resolved by ansible-core as a play would see them (group and host vars, templates);
     `secrets` win over the inventory, as extra vars do."""
+    # The project's Ansible configuration, as every run through the API gets it (read on import).
+    os.environ.setdefault("ANSIBLE_CONFIG", str(PROJECT_DIR / "ansible.cfg"))
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - ansible loads slowly
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
     from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
     from ansible.template import Templar  # noqa: PLC0415
     from ansible.vars.manager import VariableManager  # noqa: PLC0415
 
-    init_plugin_loader()
+    global _PLUGINS_READY  # noqa: PLW0603 - Ansible's plugin loader is set up once per process
+    if not _PLUGINS_READY:
+        init_plugin_loader()
+        _PLUGINS_READY = True
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[str(inventory)])
     variables = VariableManager(loader=loader, inventory=manager)
@@ -526,6 +550,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
     """
     started = time.monotonic()
     hosts = inventory_hosts(inventory, limit, secrets)
+    loaded = time.monotonic()
     rows: list[ModelStatus] = []
     keys: dict[int, str] = {}
     for host, host_vars in sorted(hosts.items()):
@@ -585,7 +610,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
             continue
         apply_node(row, node)
     result = StatusResult(inventory=str(inventory), limit=limit, rows=rows, nodes=nodes, window=window,
-                          duration=time.monotonic() - started, read_at=time.time())
+                          duration=time.monotonic() - started, read_at=time.time(), inventory_s=loaded - started)
     # Defence in depth: no message may carry a key (an engine or a node could echo one back).
     for row in rows:
         row.problems = [scrub(p, secret_values) for p in row.problems]
