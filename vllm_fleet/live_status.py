@@ -629,7 +629,8 @@ def apply_reads(row: ModelStatus, reads: dict) -> None:
     row.health = "ok" if code == 200 else (reads.get("health_error") or f"HTTP {code}")
     first, second = reads.get("first") or {}, reads.get("second") or {}
     if first.get("code") != 200:
-        row.problems.append(f"/metrics: {first.get('error') or 'HTTP ' + str(first.get('code'))}")
+        if not (code is None and first.get("error") == reads.get("health_error")):  # said once, by HEALTH
+            row.problems.append(f"/metrics: {first.get('error') or 'HTTP ' + str(first.get('code'))}")
         return
     a = parse_metrics(first.get("text", ""))
     b = parse_metrics(second.get("text", "")) if second.get("code") == 200 else {}
