@@ -60,8 +60,6 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 #: systemd properties read per unit; the timestamp is on the monotonic clock, which
 #: every systemd prints the same way (the wall-clock one is in the node's locale and zone).
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "StateChangeTimestampMonotonic", "NRestarts")
-#: Health words of the facts module, best first; a device in the last one is down.
-DEVICE_HEALTH_ORDER = ("OK", "unknown", "Warning", "Critical")
 
 _MARK = "=== vllm-fleet-status "
 
@@ -100,7 +98,7 @@ class ModelStatus:
 
     @property
     def unread(self) -> bool:
-        return self.health == "unknown" or self.unit_state is None
+        return self.health == "unknown"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "down": self.down,
@@ -151,7 +149,7 @@ class StatusResult:
     @property
     def exit_code(self) -> int:
         """0 all up; 5 a model or device is down; 3 nothing down, but something could not be read
-        (a node unreachable over SSH, a model's endpoints not read, or no unit state with --no-ssh)."""
+        (a node unreachable over SSH, or a model's endpoints)."""
         if self.down:
             return EXIT_DOWN
         if self.unreachable_nodes or any(r.unread for r in self.rows):
@@ -276,11 +274,6 @@ def unit_since(props: dict, node_monotonic_us: int | None, node_now: float | Non
     if not changed or node_monotonic_us is None or node_now is None:
         return None
     return node_now - (node_monotonic_us - changed) / 1e6
-
-
-def worst_health(healths: list[str]) -> str:
-    known = [h if h in DEVICE_HEALTH_ORDER else "unknown" for h in healths]
-    return max(known, key=DEVICE_HEALTH_ORDER.index) if known else "unknown"
 
 
 # ------------------------------------------------------------------ the facts module's parsers
@@ -600,7 +593,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
         node = nodes.get(row.node)
         if row.via == "ssh":
             if node is None:
-                row.problems.append(f"listens on loopback only, where the controller does not reach; "
+                row.problems.append("listens on loopback only, where the controller does not reach; "
                                     "it is read over SSH, which --no-ssh turned off")
             elif node.http_error:
                 row.problems.append(f"reading it on the node failed: {node.http_error}")
@@ -657,4 +650,4 @@ def apply_node(row: ModelStatus, node: NodeStatus) -> None:
         row.device_health = "n/a"
     elif node.devices:
         mine = [d for d in node.devices if d.get("index") in row.devices] or node.devices
-        row.device_health = worst_health([d.get("health", "unknown") for d in mine])
+        row.device_health = _accel().overall_health(mine)
