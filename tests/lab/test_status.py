@@ -1,6 +1,6 @@
 """`vllm-fleet status` on the converged lab (runs after test_drift, which converges every node):
 one row per unit the nodes really have, read in seconds; tokens/s follows real requests; a
-stopped unit is down (exit 5)."""
+stopped unit and a device the SMI tool reports Critical are down (exit 5)."""
 
 from __future__ import annotations
 
