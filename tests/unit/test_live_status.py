@@ -120,6 +120,7 @@ class Engine:
         self.name, self.rate, self.started = name, rate, time.monotonic()
         self.health = 200
         self.auth: list[str] = []
+        self.metrics_reads: list[float] = []
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -129,6 +130,7 @@ class Engine:
                     body = b""
                     code = engine.health
                 elif self.path == "/metrics":
+                    engine.metrics_reads.append(time.monotonic())
                     tokens = engine.rate * (time.monotonic() - engine.started)
                     body = (f'vllm:num_requests_running{{model_name="{engine.name}"}} 2\n'
                             f'vllm:num_requests_waiting{{model_name="{engine.name}"}} 1\n'
@@ -229,14 +231,15 @@ def test_every_model_is_read_with_its_rate_unit_and_devices(fleet):
         assert (row.health, row.running, row.waiting, row.kv_cache) == ("ok", 2, 1, 0.375), row
         assert row.unit_state == "active (running)" and row.restarts == 1
         assert abs(result.read_at - row.since - 90) < 5, row.since
-    # The engines' counters grow at 100, 50 and 100 tokens/s.
-    assert 85 < qwen.tokens_per_s < 115 and 42 < gpt.tokens_per_s < 58 and 85 < bge.tokens_per_s < 115
+    # The engines' counters grow at 100, 50 and 100 tokens/s (read times are taken on this side
+    # of the wire: a loaded machine skews them a little).
+    assert 70 < qwen.tokens_per_s < 130 and 35 < gpt.tokens_per_s < 65 and 70 < bge.tokens_per_s < 130
     assert (qwen.device_health, gpt.device_health) == ("OK", "OK")
     assert result.exit_code == live_status.EXIT_OK and result.ok
-    # Every model and node read side by side: one window, not one per model (the inventory's
-    # loading by ansible-core comes before and is timed apart).
-    # Sequential reads would take three windows.
-    assert result.duration - result.inventory_s < 1.0 + 1.0, result
+    # Every model read side by side (the node's model by the node, in the same moment): every
+    # engine's first /metrics read comes before any second one.
+    reads = [e.metrics_reads for e in fleet["engines"].values()]
+    assert all(len(r) == 2 for r in reads) and max(r[0] for r in reads) < min(r[1] for r in reads), reads
     text = str(result)
     assert text.splitlines()[0].split() == ["NODE", "MODEL", "UNIT", "STATE", "SINCE", "HEALTH", "RUN", "WAIT", "KV%",
                                             "TOK/S", "DEVICES"]
