@@ -440,7 +440,8 @@ def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None, secr
     `secrets` win over the inventory, as extra vars do."""
     # The project's Ansible configuration, as every run through the API gets it (read on import).
     os.environ.setdefault("ANSIBLE_CONFIG", str(PROJECT_DIR / "ansible.cfg"))
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - ansible loads slowly
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - ansible loads slowly
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
     from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
     from ansible.template import Templar  # noqa: PLC0415
@@ -459,7 +460,10 @@ def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None, secr
     for host in manager.get_hosts("fleet"):
         raw = {**variables.get_vars(host=host, include_hostvars=False), **(secrets or {})}
         templar = Templar(loader=loader, variables=raw)
-        hosts[host.name] = {k: templar.template(raw[k]) for k in HOST_KEYS if k in raw}
+        try:
+            hosts[host.name] = {k: templar.template(raw[k]) for k in HOST_KEYS if k in raw}
+        except AnsibleError as exc:  # an undefined variable, a vault without its password
+            raise ValueError(f"host {host.name}: {exc.message}") from None
     if not hosts:
         raise ValueError(f"no host of the group fleet in {inventory}" + (f" matches the limit {limit!r}" if limit else ""))
     return hosts

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -289,6 +290,11 @@ def test_limit_and_an_unreachable_node(fleet):
     assert {r.node for r in only_a.rows} == {"node-a"} and only_a.exit_code == live_status.EXIT_OK
     with pytest.raises(ValueError, match="no host of the group fleet"):
         live_status.status(fleet["inventory"], limit="nobody")
+    # A variable that does not template names its host (exit 64), no traceback.
+    broken = inventory_dir.parent / "broken"
+    shutil.copytree(inventory_dir, broken)
+    (broken / "host_vars" / "node-a.yml").write_text("fleet_serve_api_key: '{{ not_defined_anywhere }}'\n")
+    assert cli.main(["status", "-i", str(broken), "-l", "node-a"]) == cli.EXIT_USAGE
     result = live_status.status(inventory_dir, window=0.1, timeout=2)
     assert result.unreachable_nodes == ["node-b"]
     assert "refused" in result.nodes["node-b"].error.lower() or "connect" in result.nodes["node-b"].error.lower()
