@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 _API = ("EXIT_FAILED", "EXIT_INVALID_INVENTORY", "EXIT_OK", "EXIT_UNREACHABLE", "HostResult", "PlanResult",
-        "RunResult", "TaskFailure", "doctor", "plan", "provision", "rollback", "verify")
+        "RunResult", "TaskFailure", "doctor", "plan", "provision", "rollback", "status", "verify")
 
 
 def __getattr__(name: str):
@@ -26,5 +26,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'vllm_fleet' has no attribute {name!r}")
 
 
-__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "RunResult", "HostResult", "TaskFailure",
+__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "status", "RunResult", "HostResult", "TaskFailure",
            "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]

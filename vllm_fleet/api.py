@@ -610,3 +610,13 @@ def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs)
         for cmd in sorted((host_dir / "commands").glob("*.sh")):
             commands.setdefault(host_dir.name, {})[cmd.stem] = cmd.read_text().strip().splitlines()[-1]
     return PlanResult(run=run, out_dir=str(out), files=files, commands=commands)
+
+
+# ------------------------------------------------------------------ status (vllm_fleet/live_status.py)
+
+def status(inventory, limit=None, **kwargs):
+    """Every model on every node, read live: unit state, /health, requests, KV cache, tokens/s and
+    device health, without an Ansible run (vllm_fleet.live_status.status; `.exit_code` 0/3/5)."""
+    from vllm_fleet import live_status  # noqa: PLC0415 - imports this module
+
+    return live_status.status(inventory, limit=limit, **kwargs)

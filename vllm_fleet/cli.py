@@ -6,10 +6,12 @@
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
     vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P] [--json]
+    vllm-fleet status    [-i INVENTORY] [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
-invalid (nothing was changed), 64 wrong usage, 1 anything else.
+invalid (nothing was changed), 64 wrong usage, 1 anything else; `status`: 5 a model or
+device is down, 3 a node unreachable over SSH (nothing down).
 """
 
 from __future__ import annotations
@@ -210,6 +212,29 @@ def cmd_plan(args) -> int:
     return result.run.exit_code
 
 
+def cmd_status(args) -> int:
+    """One table of every model on every node (vllm_fleet/live_status.py); --watch redraws it in place."""
+    from vllm_fleet import live_status
+
+    inventory = _inventory(args.inventory)
+    secrets = load_secrets(args.secrets)
+    live = args.watch is not None and sys.stdout.isatty() and not args.json
+    drawn = 0
+    while True:
+        result = live_status.status(inventory, limit=args.limit, window=args.window, secrets=secrets,
+                                    ssh=not args.no_ssh)
+        text = json.dumps(result.to_dict(), indent=None if args.watch is not None else 2) if args.json else str(result)
+        if live and drawn:
+            sys.stdout.write(f"\x1b[{drawn}F\x1b[J")  # back to the table's first line, clear below
+        stamp = time.strftime("%H:%M:%S") + f" every {args.watch:g} s, Ctrl-C to stop" if live else None
+        sys.stdout.write((stamp + "\n" if stamp else "") + text + "\n")
+        sys.stdout.flush()
+        drawn = text.count("\n") + 1 + (1 if stamp else 0)
+        if args.watch is None:
+            return result.exit_code
+        time.sleep(max(0.0, args.watch - result.duration))
+
+
 def cmd_lab(args) -> int:
     from vllm_fleet import lab
 
@@ -253,7 +278,8 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-fleet", description="Provision vLLM inference nodes with Ansible.",
-                                     epilog="Exit codes: 0 ok, 2 failed host, 3 unreachable host, 4 invalid inventory.")
+                                     epilog="Exit codes: 0 ok, 2 failed host, 3 unreachable host, 4 invalid inventory, "
+                                            "5 (status) something down.")
     parser.add_argument("--version", action="version", version=f"vllm-fleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -291,6 +317,17 @@ def build_parser() -> argparse.ArgumentParser:
     run_options(p)
     p.add_argument("-o", "--out", required=True, help="directory to write the plan into")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("status", help="every model on every node: unit, health, load, KV cache, tokens/s, devices")
+    p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"inventory (default: {DEFAULT_INVENTORY})")
+    p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
+    p.add_argument("--secrets", help="YAML file of secret variables (API keys); sent to the engines, never printed")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (one object per refresh with --watch)")
+    p.add_argument("--window", type=float, default=1.0, help="seconds between the two /metrics reads (default 1)")
+    p.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh in place every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--no-ssh", action="store_true", help="read only the models' HTTP endpoints (no unit state, no devices)")
+    p.set_defaults(func=cmd_status)
 
     p_lab = sub.add_parser("lab", help="the local lab of systemd-nspawn nodes with simulated accelerators")
     lab_sub = p_lab.add_subparsers(dest="lab_command", required=True)

@@ -855,11 +855,46 @@ def test_metrics_count_requests(chat_server):
     _, _, after = chat_server.request("GET", "/metrics", key=None)
 
     def value(text: bytes, name: str) -> float:
-        prefix = f'vllm:{name}{{model_name="qwen-test"}} '
+        prefix = f'vllm:{name}{{engine="0",model_name="qwen-test"}} '
         return float(next(line for line in text.decode().splitlines() if line.startswith(prefix))[len(prefix) :])
 
     assert value(after, "prompt_tokens_total") - value(before, "prompt_tokens_total") == 3
     assert value(after, "generation_tokens_total") - value(before, "generation_tokens_total") == 2
+
+
+def test_metrics_gauges_count_a_stream_while_it_runs(chat_server):
+    """vLLM's gauge names (what `vllm-fleet status` reads), parsed by Prometheus' own parser:
+    a request being answered (here: its body still arriving) runs and holds a KV slot; none once
+    it is answered."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def gauges() -> dict[str, float]:
+        _, _, text = chat_server.request("GET", "/metrics", key=None)
+        return {s.name: s.value for f in text_string_to_metric_families(text.decode()) for s in f.samples
+                if s.labels == {"engine": "0", "model_name": "qwen-test"}}
+
+    idle = gauges()
+    assert (idle["vllm:num_requests_running"], idle["vllm:num_requests_waiting"], idle["vllm:kv_cache_usage_perc"]) \
+        == (0, 0, 0)
+    assert "vllm:generation_tokens_total" in idle
+    body = json.dumps({"model": "qwen-test", "prompt": "a b c", "max_tokens": 4}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", chat_server.port, timeout=10)
+    conn.putrequest("POST", "/v1/completions")
+    for name, value in (("Authorization", f"Bearer {API_KEY}"), ("Content-Type", "application/json"),
+                        ("Content-Length", str(len(body)))):
+        conn.putheader(name, value)
+    conn.endheaders(body[:5])
+    try:
+        deadline = time.monotonic() + 5
+        while (busy := gauges())["vllm:num_requests_running"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        conn.send(body[5:])
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+    assert busy["vllm:num_requests_running"] == 1
+    assert busy["vllm:kv_cache_usage_perc"] == 1 / 256
+    assert gauges()["vllm:num_requests_running"] == 0
 
 
 # --------------------------------------------------------------------------- pooling models

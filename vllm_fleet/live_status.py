@@ -1,0 +1,657 @@
+"""`vllm-fleet status`: one table of every model on every node, read live in a few seconds.
+
+    import vllm_fleet
+    result = vllm_fleet.status("inventories/lab", limit="ascend-nodes")
+    print(result)              # the table
+    result.rows                # one ModelStatus per model and node
+    result.exit_code           # 0 all up, 5 something down, 3 a node unreachable over SSH
+
+Where each figure comes from, all read side by side (threads), no Ansible run:
+
+- **health, requests running / waiting, KV cache usage, generation tokens/s**: over HTTP,
+  straight from the controller, from the model's `/health` and two reads of its
+  `/metrics` (vLLM's Prometheus names) `window` seconds apart;
+- **unit state, since when, restarts, device health**: over SSH, one session per node
+  with the inventory's connection variables, running `systemctl show` for the node's
+  units and the vendor's SMI tool, whose listing is parsed on the controller by the
+  parsers of the facts module (`module_utils/vllm_fleet_accel.py`).
+
+Hosts, their connection variables and their models come from the inventory through
+ansible-core's own inventory and variable managers; ports, served names and units from
+`vllm_fleet.models.resolve_models` (through `vllm_fleet.router.served_models`), as the
+roles compute them. A model that listens on loopback on a node the controller does not
+share a loopback with cannot be read over HTTP from here: its row says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_fleet import PROJECT_DIR, router
+from vllm_fleet.api import scrub
+
+EXIT_OK = 0
+#: Nothing is down, but something could not be read: a node over SSH (its units and devices),
+#: or a model's endpoints.
+EXIT_UNREACHABLE = 3
+#: Something is down: a unit not active, /health not answering 200, or a device in Critical health.
+EXIT_DOWN = 5
+
+#: vLLM's Prometheus names (docs.vllm.ai, "Production Metrics"). KV cache usage was
+#: vllm:gpu_cache_usage_perc before the V1 engine's vllm:kv_cache_usage_perc.
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+
+#: systemd properties read per unit; the timestamp is on the monotonic clock, which
+#: every systemd prints the same way (the wall-clock one is in the node's locale and zone).
+UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "StateChangeTimestampMonotonic", "NRestarts")
+
+_MARK = "=== vllm-fleet-status "
+
+
+# ------------------------------------------------------------------ results
+
+@dataclass
+class ModelStatus:
+    """One model on one node."""
+
+    node: str
+    model: str
+    name: str
+    unit: str
+    url: str | None
+    #: Where the HTTP endpoints were read from: "controller", or "ssh" (the model listens on the node's loopback).
+    via: str = "controller"
+    unit_state: str | None = None
+    since: float | None = None
+    restarts: int | None = None
+    health: str = "unknown"
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache: float | None = None
+    tokens_per_s: float | None = None
+    devices: list[int] = field(default_factory=list)
+    device_health: str = "unknown"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def down(self) -> bool:
+        """The unit is not active, /health did not answer 200, or a device of the model is Critical
+        (what could not be read, "unknown", is not down: see StatusResult.exit_code)."""
+        return (self.unit_state is not None and not self.unit_state.startswith("active")) \
+            or self.health not in ("ok", "unknown") or self.device_health == "Critical"
+
+    @property
+    def unread(self) -> bool:
+        return self.health == "unknown"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "down": self.down,
+                "since_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)) if self.since else None}
+
+
+@dataclass
+class NodeStatus:
+    """What one SSH session to a node said."""
+
+    node: str
+    reachable: bool = False
+    error: str = ""
+    units: dict[str, dict] = field(default_factory=dict)
+    vendor: str | None = None
+    device_health: str = "unknown"
+    devices: list[dict] = field(default_factory=list)
+    smi_error: str = ""
+    #: Per unit, the HTTP reads the node made for models only it reaches (NODE_READER).
+    http: dict[str, dict] = field(default_factory=dict)
+    http_error: str = ""
+
+
+@dataclass
+class StatusResult:
+    inventory: str
+    limit: str | None
+    rows: list[ModelStatus]
+    nodes: dict[str, NodeStatus]
+    window: float
+    duration: float
+    read_at: float
+    #: Of `duration`, the seconds spent loading the inventory (ansible-core) before any read.
+    inventory_s: float = 0.0
+
+    @property
+    def down(self) -> list[ModelStatus]:
+        return [r for r in self.rows if r.down]
+
+    @property
+    def unreachable_nodes(self) -> list[str]:
+        return sorted(n for n, s in self.nodes.items() if not s.reachable)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    @property
+    def exit_code(self) -> int:
+        """0 all up; 5 a model or device is down; 3 nothing down, but something could not be read
+        (a node unreachable over SSH, or a model's endpoints)."""
+        if self.down:
+            return EXIT_DOWN
+        if self.unreachable_nodes or any(r.unread for r in self.rows):
+            return EXIT_UNREACHABLE
+        return EXIT_OK
+
+    def to_dict(self) -> dict:
+        return {"inventory": self.inventory, "limit": self.limit, "window_s": self.window,
+                "duration_s": round(self.duration, 2),
+                "inventory_s": round(self.inventory_s, 2), "read_at": self.read_at, "exit_code": self.exit_code,
+                "ok": self.ok, "rows": [r.to_dict() for r in self.rows],
+                "nodes": {n: {"reachable": s.reachable, "error": s.error, "vendor": s.vendor,
+                              "device_health": s.device_health, "devices": s.devices, "smi_error": s.smi_error}
+                          for n, s in sorted(self.nodes.items())},
+                "down": [f"{r.node}/{r.model}" for r in self.down], "unreachable_nodes": self.unreachable_nodes}
+
+    def __str__(self) -> str:
+        return "\n".join(table(self))
+
+
+def _age(since: float | None, now: float) -> str:
+    if not since:
+        return "-"
+    seconds = max(0, int(now - since))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            rest = seconds % size
+            sub = {"d": ("h", 3600), "h": ("m", 60), "m": ("s", 1)}[unit]
+            return f"{seconds // size}{unit}{rest // sub[1]:02d}{sub[0]}"
+    return f"{seconds}s"
+
+
+def _num(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table(result: StatusResult) -> list[str]:
+    """The rows as a fixed-width table, then one line per problem."""
+    head = ("NODE", "MODEL", "UNIT", "STATE", "SINCE", "HEALTH", "RUN", "WAIT", "KV%", "TOK/S", "DEVICES")
+    cells = []
+    for r in result.rows:
+        state = r.unit_state or "?"
+        if r.restarts:
+            state += f" ({r.restarts} restarts)"
+        devices = r.device_health if not r.devices else f"{r.device_health} {','.join(map(str, r.devices))}"
+        cells.append((r.node, r.model, r.unit, state, _age(r.since, result.read_at), r.health, _num(r.running),
+                      _num(r.waiting), _num(None if r.kv_cache is None else r.kv_cache * 100, "{:.1f}"),
+                      _num(r.tokens_per_s, "{:.1f}"), devices))
+    widths = [max(len(str(row[i])) for row in [head, *cells]) for i in range(len(head))]
+    right = {6, 7, 8, 9}
+
+    def line(row):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    out = [line(head)] + [line(c) for c in cells]
+    if not cells:
+        out = ["(no model on the selected nodes)"]
+    for node in result.unreachable_nodes:
+        out.append(f"{node}: unreachable over SSH: {result.nodes[node].error}")
+    for node, s in sorted(result.nodes.items()):
+        if s.reachable and s.smi_error:
+            out.append(f"{node}: device health unknown: {s.smi_error}")
+    for r in result.rows:
+        out += [f"{r.node}/{r.model}: {p}" for p in r.problems]
+    verdict = "all up" if result.ok else (f"{len(result.down)} down" if result.down else "not everything could be read")
+    out.append(f"{len(result.rows)} model(s) on {len(result.nodes)} node(s), {verdict}; "
+               f"tokens/s over {result.window:.1f} s; read in {result.duration:.1f} s")
+    return out
+
+
+# ------------------------------------------------------------------ parsing (pure)
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The figures status shows from one /metrics read (Prometheus text), summed over the
+    engine's samples (one per engine under data parallelism); KV cache usage is the highest."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    sums: dict[str, float] = {}
+    kv: list[float] = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in (RUNNING, WAITING, GENERATION_TOKENS):
+                sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+            elif sample.name in KV_CACHE and not kv_name_shadowed(sample.name, text):
+                kv.append(float(sample.value))
+    if kv:
+        sums["kv_cache"] = max(kv)
+    return sums
+
+
+def kv_name_shadowed(name: str, text: str) -> bool:
+    """An engine exporting both KV names (vLLM 0.10 during the rename) is read by the new one."""
+    return name == KV_CACHE[1] and KV_CACHE[0] in text
+
+
+def token_rate(first: dict[str, float], second: dict[str, float], seconds: float) -> float | None:
+    """Generation tokens per second between two reads; None without both counters, or when
+    the counter went back (the engine restarted in between)."""
+    a, b = first.get(GENERATION_TOKENS), second.get(GENERATION_TOKENS)
+    if a is None or b is None or b < a or seconds <= 0:
+        return None
+    return (b - a) / seconds
+
+
+def parse_units(text: str) -> dict[str, dict]:
+    """`systemctl show --property=...` blocks (blank-line separated) by unit Id."""
+    units = {}
+    for block in text.strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
+
+
+def unit_since(props: dict, node_monotonic_us: int | None, node_now: float | None) -> float | None:
+    """Unix time of the unit's last state change, from its monotonic timestamp and the node's clocks."""
+    try:
+        changed = int(props.get("StateChangeTimestampMonotonic") or 0)
+    except ValueError:
+        return None
+    if not changed or node_monotonic_us is None or node_now is None:
+        return None
+    return node_now - (node_monotonic_us - changed) / 1e6
+
+
+# ------------------------------------------------------------------ the facts module's parsers
+
+def _accel():
+    """module_utils/vllm_fleet_accel.py (the facts module's parsers), loaded from its file:
+    Ansible ships it to nodes as ansible.module_utils.*, which is no package of ours here."""
+    name = "vllm_fleet_status_accel"
+    with _ACCEL_LOCK:  # node threads ask at once; the first loads it
+        return sys.modules.get(name) or _load_accel(name)
+
+
+_ACCEL_LOCK = threading.Lock()
+
+
+def _load_accel(name: str):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+#: Runs on the node (python3, which Ansible needs there too) for models that listen on its
+#: loopback only: /health and two /metrics reads `window` apart, the same as the controller
+#: does, printing only the metric lines status reads. Its program comes from a here-document,
+#: so the API keys in it are in no process's command line.
+NODE_READER = r"""
+import json, sys, time, urllib.request, urllib.error
+checks, window, timeout = CHECKS, WINDOW, TIMEOUT
+NAMES = NAMES_
+def get(url, key):
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + key} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace"), ""
+    except urllib.error.HTTPError as e:
+        return e.code, "", "HTTP %d" % e.code
+    except Exception as e:
+        return None, "", str(getattr(getattr(e, "reason", e), "strerror", None) or getattr(e, "reason", e))
+def metrics(c):
+    t = time.monotonic()
+    code, text, err = get(c["url"] + "/metrics", c["key"])
+    lines = [l for l in text.splitlines() if l.startswith(NAMES)]
+    return {"code": code, "error": err, "t": (t + time.monotonic()) / 2, "text": "\n".join(lines)}
+out = {}
+for c in checks:
+    code, _, err = get(c["url"] + "/health", c["key"])
+    out[c["unit"]] = {"health": code, "health_error": err, "first": metrics(c)}
+start = min([o["first"]["t"] for o in out.values()] or [time.monotonic()])
+time.sleep(max(0.0, window - (time.monotonic() - start)))
+for c in checks:
+    if out[c["unit"]]["first"]["code"] == 200:
+        out[c["unit"]]["second"] = metrics(c)
+print(json.dumps(out))
+"""
+
+
+def node_script(units: list[str], vendor: str | None, checks: list[dict] | None = None, window: float = 1.0,
+                timeout: float = 5.0) -> str:
+    """The script a node runs (from stdin): its clocks, `systemctl show` of its units, the vendor
+    SMI listing, and the HTTP reads of `checks` ({unit, url, key}) that only the node reaches."""
+    lines = []
+    if checks:
+        # Started first, in the background: its window passes while systemctl and the SMI tool run.
+        program = (NODE_READER.replace("CHECKS", repr(checks)).replace("WINDOW", repr(float(window)))
+                   .replace("TIMEOUT", repr(float(timeout)))
+                   .replace("NAMES_", repr((RUNNING, WAITING, GENERATION_TOKENS, *KV_CACHE))))
+        lines += ["http=$(mktemp)", "python3 - >\"$http\" 2>&1 <<'VLLM_FLEET_STATUS_EOF' &", program.strip(),
+                  "VLLM_FLEET_STATUS_EOF"]
+    lines += [f"echo '{_MARK}clock'",
+             # Wall clock and CLOCK_MONOTONIC (the clock of systemd's *TimestampMonotonic) read
+             # together; without python3, /proc/uptime (boot time: the same unless the node slept).
+             "python3 -c 'import time; print(time.time(), time.monotonic())' 2>/dev/null"
+             " || echo \"$(date +%s) $(cut -d' ' -f1 /proc/uptime)\"",
+             f"echo '{_MARK}units'",
+             "systemctl show --property=" + ",".join(UNIT_PROPERTIES) + " -- " + " ".join(shlex.quote(u) for u in units)]
+    accel = _accel()
+    spec = accel.VENDORS.get(vendor or "")
+    if spec and vendor != "cpu":
+        # The facts module's search (locate_tool): the vendor's install directories, PATH, sbin.
+        candidates = [f"{d}/{spec['tool']}" for d in spec["tool_dirs"]]
+        args = " ".join(shlex.quote(a) for a in accel.LISTING_ARGS[vendor])
+        lines += [f"echo '{_MARK}smi'",
+                  f"tool=''; for p in {' '.join(shlex.quote(c) for c in candidates)}; do "
+                  "[ -x \"$p\" ] && { tool=$p; break; }; done",
+                  f"[ -n \"$tool\" ] || tool=$(PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin command -v {spec['tool']})",
+                  f"if [ -n \"$tool\" ]; then LC_ALL=C \"$tool\" {args} 2>&1; echo \"{_MARK}smi-rc $?\"; "
+                  f"else echo '{spec['tool']} not found in {', '.join(spec['tool_dirs'])}, on PATH or in the sbin "
+                  f"directories'; echo '{_MARK}smi-rc 127'; fi"]
+    if checks:
+        lines += ["wait", f"echo '{_MARK}http'", "cat \"$http\"", "rm -f \"$http\""]
+    return "\n".join(lines) + "\n"
+
+
+def parse_node_output(node: str, vendor: str | None, text: str) -> NodeStatus:
+    """What the node script printed, as a NodeStatus (clocks kept in units' `_since`)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    smi_rc = None
+    for line in text.splitlines():
+        if line.startswith(_MARK):
+            word = line[len(_MARK):].split()
+            if word and word[0] == "smi-rc":
+                smi_rc = int(word[1]) if len(word) > 1 and word[1].isdigit() else None
+                current = None
+            else:
+                current = word[0] if word else None
+                sections.setdefault(current, [])
+            continue
+        if current:
+            sections[current].append(line)
+    status = NodeStatus(node=node, reachable=True, vendor=vendor)
+    http = "\n".join(sections.get("http", [])).strip()
+    if http:
+        try:
+            status.http = json.loads(http.splitlines()[-1])
+        except ValueError:
+            status.http_error = " ".join(http.splitlines()[-2:])[:300]
+    clock = " ".join(sections.get("clock", [])).split()
+    now = _float(clock[0]) if clock else None
+    monotonic = _float(clock[1]) if len(clock) > 1 else None
+    mono_us = int(monotonic * 1e6) if monotonic is not None else None
+    for unit, props in parse_units("\n".join(sections.get("units", []))).items():
+        props["_since"] = unit_since(props, mono_us, now)
+        status.units[unit] = props
+    if vendor == "cpu":
+        status.device_health = "n/a"
+    elif "smi" in sections:
+        out = "\n".join(sections["smi"])
+        if smi_rc == 0:
+            parsed = _accel().PARSERS[vendor](out)
+            status.devices = parsed["devices"]
+            status.device_health = _accel().overall_health(parsed["devices"])
+        else:
+            status.smi_error = " ".join(out.strip().splitlines()[-3:])[:300] or f"exited with status {smi_rc}"
+    return status
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except (ValueError, AttributeError):
+        return None
+
+
+# ------------------------------------------------------------------ inventory
+
+#: Host variables status reads (connection and models); the rest of the inventory is not templated.
+HOST_KEYS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_private_key_file",
+             "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_host_key_checking",
+             "ansible_host_key_checking", "ansible_become", "ansible_connection", "fleet_accelerator", "fleet_models",
+             "fleet_serve_defaults", "fleet_serve_env", "fleet_launch_profiles", "fleet_serve_base_port",
+             "fleet_serve_listen", "fleet_serve_api_key", "fleet_serve_unauthenticated")
+
+
+_PLUGINS_READY = False
+
+
+def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None, secrets: dict | None = None) -> dict[str, dict]:
+    """The fleet hosts of the inventory (within `limit`) with the variables status reads,
+    resolved by ansible-core as a play would see them (group and host vars, templates);
+    `secrets` win over the inventory, as extra vars do."""
+    # The project's Ansible configuration, as every run through the API gets it (read on import).
+    os.environ.setdefault("ANSIBLE_CONFIG", str(PROJECT_DIR / "ansible.cfg"))
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - ansible loads slowly
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
+    from ansible.template import Templar  # noqa: PLC0415
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
+    global _PLUGINS_READY  # noqa: PLW0603 - Ansible's plugin loader is set up once per process
+    if not _PLUGINS_READY:
+        init_plugin_loader()
+        _PLUGINS_READY = True
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inventory)])
+    variables = VariableManager(loader=loader, inventory=manager)
+    if limit:
+        manager.subset(limit)
+    hosts = {}
+    for host in manager.get_hosts("fleet"):
+        raw = {**variables.get_vars(host=host, include_hostvars=False), **(secrets or {})}
+        templar = Templar(loader=loader, variables=raw)
+        try:
+            hosts[host.name] = {k: templar.template(raw[k]) for k in HOST_KEYS if k in raw}
+        except AnsibleError as exc:  # an undefined variable, a vault without its password
+            raise ValueError(f"host {host.name}: {exc.message}") from None
+    if not hosts:
+        raise ValueError(f"no host of the group fleet in {inventory}" + (f" matches the limit {limit!r}" if limit else ""))
+    return hosts
+
+
+def model_key(host_vars: dict, name: str) -> str:
+    """The API key a model's engine was given: its own secret_env.VLLM_API_KEY, else the group's."""
+    for model in host_vars.get("fleet_models") or []:
+        if isinstance(model, dict) and model.get("name") == name:
+            own = (model.get("secret_env") or {}).get("VLLM_API_KEY")
+            if own:
+                return str(own)
+    return str(host_vars.get("fleet_serve_api_key") or "")
+
+
+def ssh_argv(host: str, host_vars: dict, timeout: float) -> list[str]:
+    """OpenSSH with the host's connection variables, as Ansible's ssh connection builds it,
+    sharing Ansible's master connections (ansible.cfg's control_path) when they are open."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}",
+            "-o", "ControlMaster=auto", "-o", "ControlPersist=120s",
+            "-o", f"ControlPath={Path('~/.ansible/cp').expanduser()}/%C"]
+    checking = host_vars.get("ansible_ssh_host_key_checking", host_vars.get("ansible_host_key_checking"))
+    if checking is not None and str(checking).lower() in ("false", "no", "0"):
+        argv += ["-o", "StrictHostKeyChecking=no"]
+    key = host_vars.get("ansible_ssh_private_key_file") or host_vars.get("ansible_private_key_file")
+    if key:
+        argv += ["-o", "IdentitiesOnly=yes", "-i", str(Path(str(key)).expanduser())]
+    if host_vars.get("ansible_port"):
+        argv += ["-p", str(host_vars["ansible_port"])]
+    if host_vars.get("ansible_user"):
+        argv += ["-l", str(host_vars["ansible_user"])]
+    for extra in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if host_vars.get(extra):
+            argv += shlex.split(str(host_vars[extra]))
+    # The script goes on stdin: it may carry API keys, which must be in no command line.
+    remote = "sh -s"
+    if host_vars.get("ansible_become") and str(host_vars.get("ansible_user") or "root") != "root":
+        remote = "sudo -n " + remote  # npu-smi needs root; never prompts (BatchMode)
+    return [*argv, "--", str(host_vars.get("ansible_host") or host), remote]
+
+
+# ------------------------------------------------------------------ reading
+
+def _get(url: str, key: str, timeout: float) -> tuple[int | None, str, str]:
+    """(HTTP status or None, body, error). The key goes in the Authorization header only."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http URLs we built
+            return response.status, response.read().decode("utf-8", "replace"), ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, "", f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return None, "", str(getattr(reason, "strerror", None) or reason)
+
+
+def read_node(host: str, host_vars: dict, units: list[str], timeout: float, checks: list[dict] | None = None,
+              window: float = 1.0) -> NodeStatus:
+    vendor = (host_vars.get("fleet_accelerator") or {}).get("vendor")
+    script = node_script(units, vendor, checks, window, timeout)
+    argv = ["sh", "-s"] if host_vars.get("ansible_connection") == "local" else ssh_argv(host, host_vars, timeout)
+    limit = timeout + 5 + (window + 3 * timeout if checks else 0)
+    try:
+        proc = subprocess.run(argv, input=script, capture_output=True, text=True, errors="replace", timeout=limit)
+    except subprocess.TimeoutExpired:
+        return NodeStatus(node=host, error=f"no answer over SSH within {limit:.0f} s", vendor=vendor)
+    if proc.returncode == 255 or _MARK not in proc.stdout:
+        error = " ".join(proc.stderr.strip().splitlines()[-2:]) or f"ssh exited with status {proc.returncode}"
+        return NodeStatus(node=host, error=error, vendor=vendor)
+    return parse_node_output(host, vendor, proc.stdout)
+
+
+def status(inventory: str | os.PathLike, limit: str | None = None, *, window: float = 1.0, timeout: float = 5.0,
+           secrets: dict | None = None, ssh: bool = True) -> StatusResult:
+    """Read every model of the inventory's fleet nodes (within `limit`): see the module's docstring.
+
+    `window`: seconds between the two /metrics reads that give tokens/s; `timeout`: per HTTP
+    request and SSH connection; `secrets`: variables such as fleet_serve_api_key (sent to the
+    engines, never printed: every message is scrubbed of them); `ssh=False` reads HTTP only,
+    from the controller.
+    """
+    started = time.monotonic()
+    hosts = inventory_hosts(inventory, limit, secrets)
+    loaded = time.monotonic()
+    rows: list[ModelStatus] = []
+    keys: dict[int, str] = {}
+    for host, host_vars in sorted(hosts.items()):
+        for model in router.served_models(host_vars):
+            direct = not router.unreachable_from("127.0.0.1", host, host_vars, model)
+            address = router.node_address(host, host_vars, model) if direct else None
+            url = (f"http://[{address}]:{model['port']}" if ":" in address else f"http://{address}:{model['port']}") \
+                if direct else model["url"]
+            row = ModelStatus(node=host, model=model["served_model_name"][0], name=model["name"], unit=model["unit"],
+                              url=url, via="controller" if direct else "ssh", devices=list(model.get("devices") or []))
+            keys[id(row)] = model_key(host_vars, model["name"])
+            rows.append(row)
+    secret_values = sorted({k for k in keys.values() if len(k) >= 4} | {str(v) for v in (secrets or {}).values()
+                                                                      if isinstance(v, str) and len(v) >= 4},
+                           key=len, reverse=True)
+    nodes: dict[str, NodeStatus] = {}
+    lock = threading.Lock()
+
+    def node_job(host):
+        mine = [r for r in rows if r.node == host]
+        checks = [{"unit": r.unit, "url": r.url, "key": keys[id(r)]} for r in mine if r.via == "ssh"]
+        result = read_node(host, hosts[host], [f"{r.unit}.service" for r in mine], timeout, checks, window) \
+            if mine else NodeStatus(node=host, reachable=True)
+        with lock:
+            nodes[host] = result
+
+    def model_job(row):
+        key = keys[id(row)]
+        code, _, error = _get(row.url + "/health", key, timeout)
+        t1 = time.monotonic()
+        code1, text1, error1 = _get(row.url + "/metrics", key, timeout)
+        first = {"code": code1, "error": error1, "t": (t1 + time.monotonic()) / 2, "text": text1}
+        second = None
+        if code1 == 200:
+            time.sleep(max(0.0, window - (time.monotonic() - first["t"])))
+            t2 = time.monotonic()
+            code2, text2, error2 = _get(row.url + "/metrics", key, timeout)
+            second = {"code": code2, "error": error2, "t": (t2 + time.monotonic()) / 2, "text": text2}
+        apply_reads(row, {"health": code, "health_error": error, "first": first, "second": second})
+
+    jobs = ([(node_job, h) for h in sorted(hosts)] if ssh else []) + [(model_job, r) for r in rows if r.via == "controller"]
+    with ThreadPoolExecutor(max_workers=min(64, max(1, len(jobs)))) as pool:
+        for future in [pool.submit(fn, arg) for fn, arg in jobs]:
+            future.result()
+
+    for row in rows:
+        node = nodes.get(row.node)
+        if row.via == "ssh":
+            if node is None:
+                row.problems.append("listens on loopback only, where the controller does not reach; "
+                                    "it is read over SSH, which --no-ssh turned off")
+            elif node.http_error:
+                row.problems.append(f"reading it on the node failed: {node.http_error}")
+            elif row.unit in node.http:
+                apply_reads(row, node.http[row.unit])
+        if node is None:
+            continue
+        apply_node(row, node)
+    result = StatusResult(inventory=str(inventory), limit=limit, rows=rows, nodes=nodes, window=window,
+                          duration=time.monotonic() - started, read_at=time.time(), inventory_s=loaded - started)
+    # Defence in depth: no message may carry a key (an engine or a node could echo one back).
+    for row in rows:
+        row.problems = [scrub(p, secret_values) for p in row.problems]
+        row.health = scrub(row.health, secret_values)
+    for node in nodes.values():
+        node.error, node.smi_error = scrub(node.error, secret_values), scrub(node.smi_error, secret_values)
+        node.http_error = scrub(node.http_error, secret_values)
+        node.http = {}  # raw reads, already in the rows
+    return result
+
+
+def apply_reads(row: ModelStatus, reads: dict) -> None:
+    """Fill a row from one /health and two /metrics reads ({health, health_error, first, second},
+    each read {code, error, t, text}), wherever they were made."""
+    code = reads.get("health")
+    row.health = "ok" if code == 200 else (reads.get("health_error") or f"HTTP {code}")
+    first, second = reads.get("first") or {}, reads.get("second") or {}
+    if first.get("code") != 200:
+        if not (code is None and first.get("error") == reads.get("health_error")):  # said once, by HEALTH
+            row.problems.append(f"/metrics: {first.get('error') or 'HTTP ' + str(first.get('code'))}")
+        return
+    a = parse_metrics(first.get("text", ""))
+    b = parse_metrics(second.get("text", "")) if second.get("code") == 200 else {}
+    if second and second.get("code") != 200:
+        row.problems.append(f"/metrics (second read): {second.get('error') or 'HTTP ' + str(second.get('code'))}")
+    latest = b or a
+    row.running, row.waiting, row.kv_cache = latest.get(RUNNING), latest.get(WAITING), latest.get("kv_cache")
+    if b:
+        row.tokens_per_s = token_rate(a, b, float(second["t"]) - float(first["t"]))
+
+
+def apply_node(row: ModelStatus, node: NodeStatus) -> None:
+    """Fill a row's unit state and device health from what its node said over SSH."""
+    if not node.reachable:
+        return
+    props = node.units.get(f"{row.unit}.service")
+    if props:
+        row.unit_state = ("not installed" if props.get("LoadState") == "not-found"
+                          else f"{props.get('ActiveState')} ({props.get('SubState')})")
+        row.since = props.get("_since")
+        restarts = props.get("NRestarts")
+        row.restarts = int(restarts) if restarts and restarts.isdigit() else None
+    if node.vendor == "cpu":
+        row.device_health = "n/a"
+    elif node.devices:
+        mine = [d for d in node.devices if d.get("index") in row.devices] or node.devices
+        row.device_health = _accel().overall_health(mine)
