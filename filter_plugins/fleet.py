@@ -42,12 +42,18 @@ def fleet_inventory_problems(hostvars, hosts):
     # only the router's rules apply to them, against every fleet node of the inventory
     # (not only those of the run: `-l router` must still know what the fleet serves).
     routers = {h: v for h, v in collected.items() if _router_only(v)}
+    # Monitoring hosts alike (roles/monitoring); a fleet node may also be one.
+    monitors = {h: v for h, v in collected.items() if "monitoring" in (v.get("group_names") or [])}
     try:
-        problems = validation.validate_hosts({h: v for h, v in collected.items() if h not in routers})
-        if routers:
+        problems = validation.validate_hosts({h: v for h, v in collected.items()
+                                              if h not in routers and not _monitoring_only(v)})
+        if routers or monitors:
             fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
                      if "fleet" in (hostvars[h].get("group_names") or [])}
+        if routers:
             problems += validation.router_problems(routers, fleet)
+        if monitors:
+            problems += validation.monitoring_problems(monitors, fleet)
         return problems
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
@@ -67,6 +73,40 @@ def _validated_vars(hostvars, host):
 def _router_only(host_vars):
     groups = host_vars.get("group_names") or []
     return "router" in groups and "fleet" not in groups
+
+
+def _monitoring_only(host_vars):
+    groups = host_vars.get("group_names") or []
+    return "monitoring" in groups and "fleet" not in groups
+
+
+def _fleet_and_monitoring(hostvars):
+    """Every fleet node and monitoring host of the inventory, as validation reads them."""
+    return {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+            if {"fleet", "monitoring"} & set(hostvars[h].get("group_names") or [])}
+
+
+def fleet_monitoring_targets(hostvars):
+    """What Prometheus scrapes (vllm_fleet/monitoring.py): {models: [...], nodes: [...]}."""
+    from vllm_fleet import monitoring
+
+    try:
+        hosts = _fleet_and_monitoring(hostvars)
+        fleet = {h: v for h, v in hosts.items() if "fleet" in v.get("group_names", [])}
+        return {"models": monitoring.model_targets(fleet), "nodes": monitoring.node_targets(hosts)}
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_monitoring_targets: {exc}") from exc
+
+
+def fleet_monitoring_api_keys(hostvars):
+    """{credentials file name: API key} of every model with a key (secrets: use with no_log)."""
+    from vllm_fleet import monitoring
+
+    try:
+        fleet = {h: v for h, v in _fleet_and_monitoring(hostvars).items() if "fleet" in v.get("group_names", [])}
+        return monitoring.api_keys(fleet)
+    except Exception as exc:  # the message must not carry a key: name the filter only
+        raise AnsibleFilterError(f"fleet_monitoring_api_keys: {type(exc).__name__}") from None
 
 
 def fleet_router_backends(hostvars, router_models):
@@ -231,6 +271,8 @@ class FilterModule:
             "fleet_placeholder_checksums": fleet_placeholder_checksums,
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,
+            "fleet_monitoring_targets": fleet_monitoring_targets,
+            "fleet_monitoring_api_keys": fleet_monitoring_api_keys,
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,

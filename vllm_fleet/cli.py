@@ -244,7 +244,7 @@ def cmd_lab(args) -> int:
             vendors = args.vendors.split(",") if args.vendors else list(lab.VENDORS)
             inv = Path(args.inventory) if args.inventory else None
             rows = lab.up(args.name, vendors=vendors, nodes_per_vendor=args.nodes, port_base=args.port_base,
-                          inventory_dir=inv, routers=args.routers, log=log)
+                          inventory_dir=inv, routers=args.routers, monitors=args.monitoring, log=log)
         elif args.lab_command == "down":
             lab.down(args.name, purge=args.purge, log=log)
             return EXIT_OK
@@ -337,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--port-base", type=int, help="first port of the lab's block of 1000 (default: next free)")
     p_up.add_argument("--routers", type=int, default=0,
                       help="router nodes (HAProxy, roles/router) besides the fleet's, in the group router (default 0)")
+    p_up.add_argument("--monitoring", type=int, default=0,
+                      help="monitoring nodes (Prometheus, roles/monitoring) besides the fleet's, in the group monitoring")
     p_up.add_argument("--inventory", help="where to write the inventory (default: inventories/<name>)")
     p_down = lab_sub.add_parser("down", help="remove every trace of the lab")
     p_down.add_argument("--purge", action="store_true", help="also remove the build cache (rootfs, downloads)")

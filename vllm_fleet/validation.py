@@ -980,6 +980,59 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
     return problems
 
 
+# ---- monitoring (roles/monitoring): Prometheus scraping every model and every node's exporter
+
+def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict]) -> list[str]:
+    """Problems of the monitoring hosts (`monitors`, which may also be fleet nodes): their role
+    variables (a monitoring-only host; a fleet node's are checked with its other variables), a
+    model it cannot reach (listening on another machine's loopback), and an exporter or
+    Prometheus port already taken on its address (SSH, a model, a router is not known here)."""
+    from vllm_fleet import monitoring, router
+
+    problems: list[str] = []
+    listeners: dict[tuple[str, int], str] = {}
+    for host in sorted(fleet_hosts):
+        host_vars = fleet_hosts[host]
+        address = str(host_vars.get("ansible_host", host))
+        if isinstance(host_vars.get("ansible_port"), int):
+            listeners[(address, host_vars["ansible_port"])] = f"the SSH port of {host}"
+        for model in router.served_models(host_vars):
+            listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
+    everyone = {**fleet_hosts, **monitors}
+    for host in sorted(monitors):
+        host_vars = monitors[host]
+        if "fleet" not in (host_vars.get("group_names") or []):
+            own = role_variable_problems(host_vars)
+            if own:
+                problems += [f"host {host}: {p}" for p in own]
+                continue
+            if isinstance(host_vars.get("ansible_port"), int):
+                listeners.setdefault((str(host_vars.get("ansible_host", host)), host_vars["ansible_port"]),
+                                     f"the SSH port of {host}")
+        address = str(host_vars.get("ansible_host", host))
+        for node in sorted(fleet_hosts):
+            for model in router.served_models(fleet_hosts[node]):
+                if node != host and router.unreachable_from(address, node, fleet_hosts[node], model):
+                    problems.append(f"host {host}: monitoring cannot scrape model {model['name']} of {node}: it listens "
+                                    f"on {model['listen']} only (loopback), which {host} at {address} cannot reach; "
+                                    "accepted: a listen address the monitoring host reaches (fleet_serve_listen or the "
+                                    "model's listen, with an API key)")
+    for host in sorted(everyone):
+        host_vars = everyone[host]
+        address = str(host_vars.get("ansible_host", host))
+        wanted = [("monitoring_node_exporter_port", monitoring.exporter_port(host_vars), "its node exporter")]
+        if host in monitors and isinstance(host_vars.get("monitoring_prometheus_port", 9090), int):
+            wanted.append(("monitoring_prometheus_port", host_vars.get("monitoring_prometheus_port", 9090), "Prometheus"))
+        for name, port, what in wanted:
+            key = (address, port)
+            if key in listeners:
+                problems.append(f"host {host}: {name} = {port}: port {port} on address {address} is already "
+                                f"{listeners[key]}; accepted: a port nothing else on that address listens on")
+            else:
+                listeners[key] = f"{what} of {host}"
+    return problems
+
+
 # ------------------------------------------------------------------ entry point
 
 def host_document(host_vars: dict) -> dict:

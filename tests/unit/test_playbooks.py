@@ -25,7 +25,7 @@ def test_site_validates_first_then_converges_every_vendor_in_one_play():
     imported = [play["ansible.builtin.import_playbook"] for play in site]
     assert imported[0] == "playbooks/validate.yml"
     # The routers last: their health checks find the engines up.
-    assert imported[1:] == ["playbooks/converge.yml", "playbooks/router.yml"]
+    assert imported[1:] == ["playbooks/converge.yml", "playbooks/router.yml", "playbooks/monitoring.yml"]
     # No playbook per vendor: a run costs the slowest vendor, not the sum of them.
     assert not [p for p in imported if Path(p).stem in vendors.VENDORS]
 
@@ -40,7 +40,7 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     steps_file = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
     steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in steps_file]
     assert [s["name"] for s in steps] == ["preflight", "node_base", "{{ fleet_vendor.role }}", "tiktoken_cache",
-                                          "model_fetch", "fleet_release", "vllm_service", "report"]
+                                          "model_fetch", "fleet_release", "vllm_service", "monitoring", "report"]
     # The vendor's role is chosen per node, at run time.
     assert "ansible.builtin.include_role" in steps_file[2]
     # Exactly one of the two plays has hosts, decided from extra vars before any host's variables
@@ -75,8 +75,8 @@ def test_validation_runs_before_the_fleet_role_loads_any_vendor():
     (play,) = load(ROOT / "playbooks" / "validate.yml")
     assert [r["role"] for r in play["roles"]] == ["validate_inventory"]
     assert play["any_errors_fatal"] is True
-    # Router hosts are validated too (against every fleet node), though they are no fleet nodes.
-    assert play["hosts"] == "fleet:router"
+    # Router and monitoring hosts are validated too (against every fleet node), though they are no fleet nodes.
+    assert play["hosts"] == "fleet:router:monitoring"
 
 
 def test_the_router_play_runs_on_the_router_group_only():
@@ -126,3 +126,13 @@ def test_no_role_keeps_a_per_vendor_copy_of_the_contract():
     for vendor in vendors.VENDORS:
         copies = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "roles").glob(f"*/vars/{vendor}.yml"))
         assert not copies, copies
+
+
+def test_the_monitoring_play_runs_on_the_monitoring_group_and_fleet_nodes_get_exporters_only_with_it():
+    (play,) = load(ROOT / "playbooks" / "monitoring.yml")
+    assert play["hosts"] == "monitoring"
+    assert [r["role"] for r in play["roles"]] == ["monitoring"]
+    steps = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
+    (step,) = [t for t in steps if (t.get("ansible.builtin.import_role") or {}).get("name") == "monitoring"]
+    assert step["ansible.builtin.import_role"]["tasks_from"] == "node_exporter.yml"
+    assert "groups['monitoring']" in step["when"]

@@ -41,20 +41,21 @@ def default_inventory_dir(name: str) -> Path:
 
 
 def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port_base: int | None = None,
-       inventory_dir: Path | None = None, routers: int = 0, log=print) -> list[dict]:
+       inventory_dir: Path | None = None, routers: int = 0, monitors: int = 0, log=print) -> list[dict]:
     """Bring the lab to the requested shape and return its status.
 
     `routers` adds that many router nodes (router-01, ...: no accelerator, in the inventory's
-    `router` group) after the fleet's nodes."""
+    `router` group) after the fleet's nodes; `monitors` that many monitoring nodes
+    (monitoring-01, ...: Prometheus, in the `monitoring` group) after them."""
     _check_host()
     vendors = list(vendors)
     unknown = sorted(set(vendors) - set(VENDORS))
     if unknown:
         raise LabError(f"unknown vendor(s) {', '.join(unknown)}; choose from {', '.join(VENDORS)}")
-    if nodes_per_vendor < 1 or nodes_per_vendor * len(vendors) + routers > 90:
+    if nodes_per_vendor < 1 or nodes_per_vendor * len(vendors) + routers + monitors > 90:
         raise LabError("--nodes must be between 1 and 90 divided by the number of vendors (routers included)")
-    if routers < 0:
-        raise LabError("--routers must be 0 or more")
+    if routers < 0 or monitors < 0:
+        raise LabError("--routers and --monitoring must be 0 or more")
     paths = lab_paths(name, port_base)
     paths.root.mkdir(parents=True, exist_ok=True)
     _ensure_key(paths)
@@ -74,11 +75,12 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
             wanted.append(nodes.Node(name=node_name, vendor=vendor, index=index, ssh_port=paths.ssh_port(index),
                                      machine=f"vf-{name}-{node_name}"))
             index += 1
-    for i in range(1, routers + 1):
-        node_name = f"{nodes.ROUTER}-{i:02d}"
-        wanted.append(nodes.Node(name=node_name, vendor=nodes.ROUTER, index=index, ssh_port=paths.ssh_port(index),
-                                 machine=f"vf-{name}-{node_name}"))
-        index += 1
+    for kind, count in ((nodes.ROUTER, routers), (nodes.MONITORING, monitors)):
+        for i in range(1, count + 1):
+            node_name = f"{kind}-{i:02d}"
+            wanted.append(nodes.Node(name=node_name, vendor=kind, index=index, ssh_port=paths.ssh_port(index),
+                                     machine=f"vf-{name}-{node_name}"))
+            index += 1
     wanted_names = {n.name for n in wanted}
     for existing in paths.nodes_dir.glob("*") if paths.nodes_dir.exists() else []:
         if existing.name not in wanted_names:

@@ -28,6 +28,10 @@ from vllm_fleet.lab.paths import LabPaths
 
 #: The kind (Node.vendor) of a lab node that is no fleet node but a router (roles/router).
 ROUTER = "router"
+#: The kind of a lab node that runs Prometheus for the others (roles/monitoring).
+MONITORING = "monitoring"
+#: Kinds of lab nodes without accelerators (no fleet nodes).
+SERVICE_KINDS = (ROUTER, MONITORING)
 # systemd-nspawn exits with this status when the container asked for a reboot.
 NSPAWN_REBOOT_STATUS = 133
 
@@ -73,7 +77,7 @@ def create_node(paths: LabPaths, node: Node, rootfs: Path) -> None:
     (root / "etc/hostname").write_text(node.name + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{node.name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     _configure_ssh(paths, node, root)
-    if node.vendor == ROUTER:
+    if node.vendor in SERVICE_KINDS:
         hardware.install_none(d / "pci")
     else:
         hardware.install(node.vendor, node.index, root, d / "pci")

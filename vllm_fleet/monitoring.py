@@ -1,0 +1,92 @@
+"""What the monitoring hosts (roles/monitoring) scrape: every model of every fleet node, twice
+(its /metrics, and its /health as a target whose `up` is the health check), and every
+node's exporter.
+
+One home for the answer, read by the role's templates (filters fleet_monitoring_targets and
+fleet_monitoring_api_keys) and by validation (validation.monitoring_problems), so a
+monitoring host that validation accepts is exactly one the templates can render. Models
+are resolved, and their addresses chosen, by the router's code (vllm_fleet/router.py,
+over vllm_fleet/models.py): a model is reached where the router would reach it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vllm_fleet.router import node_address, served_models
+
+#: Prometheus job names and label values built from host and model names: letters, digits, `_`.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+#: The node exporter's port unless a host sets monitoring_node_exporter_port (the role's default).
+DEFAULT_EXPORTER_PORT = 9100
+
+
+def safe_name(text: str) -> str:
+    return _UNSAFE.sub("_", text)
+
+
+def _host_address(host: str, host_vars: dict) -> str:
+    return str(host_vars.get("ansible_host") or host)
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def api_key(host_vars: dict, model_name: str) -> str:
+    """The key vLLM asks of `model_name` on this node: the model's secret_env.VLLM_API_KEY,
+    else the group's fleet_serve_api_key (as roles/vllm_service writes them), else ''."""
+    key = str(host_vars.get("fleet_serve_api_key") or "")
+    for model in host_vars.get("fleet_models") or []:
+        if isinstance(model, dict) and model.get("name") == model_name:
+            key = str((model.get("secret_env") or {}).get("VLLM_API_KEY") or key)
+    return key
+
+
+def credentials_file(host: str, model: dict) -> str:
+    """File name (in the role's credentials directory) of the bearer key of `model` on `host`."""
+    return f"{safe_name(host)}__{safe_name(model['name'])}.key"
+
+
+def model_targets(fleet_hosts: dict[str, dict]) -> list[dict]:
+    """One entry per enabled model per fleet node, in host order:
+    {job, node, model, served_model_name, unit, vendor, address, credentials}.
+
+    `address` is host:port where the monitoring host connects (router.node_address);
+    `credentials` the key file's name when the model has an API key, else ''."""
+    out = []
+    for host in sorted(fleet_hosts):
+        host_vars = fleet_hosts[host]
+        vendor = (host_vars.get("fleet_accelerator") or {}).get("vendor", "")
+        for model in served_models(host_vars):
+            out.append({
+                "job": f"vllm_{safe_name(host)}_{safe_name(model['name'])}",
+                "node": host, "model": model["name"], "served_model_name": model["served_model_name"][0],
+                "unit": model["unit"], "vendor": vendor,
+                "address": f"{_url_host(node_address(host, host_vars, model))}:{model['port']}",
+                "credentials": credentials_file(host, model) if model.get("api_key") else "",
+            })
+    return out
+
+
+def exporter_port(host_vars: dict, default: int = DEFAULT_EXPORTER_PORT) -> int:
+    port = host_vars.get("monitoring_node_exporter_port")
+    return port if isinstance(port, int) and not isinstance(port, bool) else default
+
+
+def node_targets(hosts: dict[str, dict], default_port: int = DEFAULT_EXPORTER_PORT) -> list[dict]:
+    """Every node's exporter (fleet nodes and monitoring hosts): {node, vendor, address}."""
+    return [{"node": host, "vendor": (hosts[host].get("fleet_accelerator") or {}).get("vendor", ""),
+             "address": f"{_url_host(_host_address(host, hosts[host]))}:{exporter_port(hosts[host], default_port)}"}
+            for host in sorted(hosts)]
+
+
+def api_keys(fleet_hosts: dict[str, dict]) -> dict[str, str]:
+    """{credentials file name: key} of every model with an API key. Secrets: the caller
+    writes them with no_log and never shows them."""
+    keys = {}
+    for host in sorted(fleet_hosts):
+        for model in served_models(fleet_hosts[host]):
+            if model.get("api_key"):
+                keys[credentials_file(host, model)] = api_key(fleet_hosts[host], model["name"])
+    return keys
