@@ -538,3 +538,12 @@ def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs)
         for cmd in sorted((host_dir / "commands").glob("*.sh")):
             commands.setdefault(host_dir.name, {})[cmd.stem] = cmd.read_text().strip().splitlines()[-1]
     return PlanResult(run=run, out_dir=str(out), files=files, commands=commands)
+
+
+def bench(inventory, limit=None, extravars=None, secrets=None, **kwargs):
+    """Seed 000's multi-turn chat test on every chat model of the selected hosts (no playbook
+    run: the controller asks the models directly); see vllm_fleet.bench.bench for the options.
+    Returns a vllm_fleet.bench.BenchResult (figures per model, files written)."""
+    from vllm_fleet import bench as _bench
+
+    return _bench.bench(inventory, limit, extravars=extravars, secrets=secrets, **kwargs)
