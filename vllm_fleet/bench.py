@@ -80,7 +80,7 @@ class InventoryError(BenchError):
 
 # ------------------------------------------------------------------ seed 000's data
 
-def conversations() -> list[dict]:
+def seed_conversations() -> list[dict]:
     """Seed 000's four conversations (lines 10-44): [{system_prompt, user_questions}]."""
     return json.loads(CONVERSATIONS_FILE.read_text(encoding="utf-8"))
 
@@ -354,14 +354,18 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = None, timeout: float = 600.0,
-                session=None, log: Callable[[str], None] = lambda m: None) -> ModelResult:
+                session=None, seed_model: str | None = None, log: Callable[[str], None] = lambda m: None) -> ModelResult:
     """Seed 000's procedure for one model: each conversation starts from its system prompt;
     each question is sent with the conversation so far, and the model's answer joins it
     as the assistant's turn before the next question (line 8: 多轮对话, multi-turn). Only
-    the answer joins the history, not the reasoning text (vLLM's advice for reasoning models)."""
+    the answer joins the history, not the reasoning text (vLLM's advice for reasoning models).
+    `seed_model` names the row of seed 000's table to compare with, when the model's own
+    names do not find it."""
     import requests
 
-    seed = seed_match(target.names)
+    seed = seed_match([seed_model] if seed_model else target.names)
+    if seed_model and seed is None:
+        raise BenchError(f"--seed-model {target.name}={seed_model}: no such model in seed 000's table")
     result = ModelResult(host=target.host, model=target.name, served=target.served, url=target.url,
                          seed_model=seed["model"] if seed else None, seed_a100=seed["a100"] if seed else None,
                          seed_metax=seed["metax"] if seed else None)
@@ -372,13 +376,14 @@ def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = N
         session.trust_env = False
     try:
         for ci, conv in enumerate(convs):
+            number = conv.get("number", ci + 1)  # the seed's numbering, from 1
             messages = [{"role": "system", "content": conv["system_prompt"]}]
             for ti, question in enumerate(conv["user_questions"]):
                 messages.append({"role": "user", "content": question})
                 answer, figures = run_turn(session, target, messages, max_tokens=max_tokens, timeout=timeout)
-                result.turns.append(Turn(conversation=ci, turn=ti, question=question, answer=answer, **figures))
+                result.turns.append(Turn(conversation=number, turn=ti + 1, question=question, answer=answer, **figures))
                 messages.append({"role": "assistant", "content": answer})
-                log(f"{target.host} {target.name}: conversation {ci + 1} turn {ti + 1}: {figures['chars']} chars "
+                log(f"{target.host} {target.name}: conversation {number} turn {ti + 1}: {figures['chars']} chars "
                     f"in {figures['total_s']:.2f} s")
     except (requests.RequestException, BenchError, ValueError) as exc:
         result.error = str(exc).replace(target.api_key, MASK) if target.api_key else str(exc)
@@ -402,7 +407,7 @@ class BenchResult:
     results: list[ModelResult]
     out_dir: str = ""
     files: dict[str, str] = field(default_factory=dict)
-    conversations: int = 0
+    conversations: list[int] = field(default_factory=list)
     max_tokens: int | None = None
 
     @property
@@ -456,13 +461,13 @@ def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
     import matplotlib.pyplot as plt
 
     measured = [r for r in results if r.chars_per_s is not None or r.seed_model]
-    labels = [f"{r.model}\n({r.host})" for r in measured]
+    labels = [f"{r.model}\n({r.host})" + (f"\nseed: {r.seed_model}" if r.seed_model else "") for r in measured]
     series = [("measured", [r.chars_per_s for r in measured], "#1f77b4"),
               ("seed 000: A100", [r.seed_a100 for r in measured], "#2ca02c"),
               ("seed 000: MetaX C500", [r.seed_metax for r in measured], "#ff7f0e")]
     width = 0.27
     drawn = 0
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(measured) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(measured) + 2), 4.5))
     for i, (name, values, colour) in enumerate(series):
         xs = [x + (i - 1) * width for x in range(len(measured))]
         present = [(x, v) for x, v in zip(xs, values) if v is not None]
@@ -472,8 +477,9 @@ def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
         ax.bar_label(bars, fmt="%.1f", fontsize=8)
         drawn += 1
     ax.set_xticks(range(len(measured)), labels, fontsize=8)
+    ax.set_xlim(-0.6, len(measured) - 0.4)
     ax.set_ylabel("characters per second")
-    ax.set_title(title or "vllm-fleet bench: seed 000 multi-turn chat, output speed")
+    ax.set_title(title or "seed 000 multi-turn chat: output speed", fontsize=10)
     if drawn:
         ax.legend(fontsize=8)
     else:
@@ -484,28 +490,39 @@ def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
 
 
 def bench(inventory: str | os.PathLike, limit: str | None = None, *, extravars: dict | None = None,
-          secrets: dict | None = None, out_dir: str | os.PathLike | None = None, conversations_count: int | None = None,
+          secrets: dict | None = None, out_dir: str | os.PathLike | None = None, conversations: list[int] | None = None,
           max_tokens: int | None = None, timeout: float = 600.0, models: list[str] | None = None,
-          chart_file: bool = True, log: Callable[[str], None] = lambda m: None) -> BenchResult:
+          chart_file: bool = True, seed_models: dict[str, str] | None = None,
+          log: Callable[[str], None] = lambda m: None) -> BenchResult:
     """Run seed 000's multi-turn chat test on every chat model of the selected hosts, one model
     after the other (as the seed measured them: alone); write bench.json, bench.csv and
     bench.png (the chart) into `out_dir` when given."""
     targets = targets_from_hostvars(inventory_hostvars(str(inventory), limit), extravars, secrets, models)
-    return bench_targets(targets, out_dir=out_dir, conversations_count=conversations_count, max_tokens=max_tokens,
-                         timeout=timeout, chart_file=chart_file, log=log)
+    return bench_targets(targets, out_dir=out_dir, conversations=conversations, max_tokens=max_tokens,
+                         timeout=timeout, chart_file=chart_file, seed_models=seed_models, log=log)
 
 
-def bench_targets(targets: list[Target], *, out_dir=None, conversations_count: int | None = None,
+def bench_targets(targets: list[Target], *, out_dir=None, conversations: list[int] | None = None,
                   max_tokens: int | None = None, timeout: float = 600.0, chart_file: bool = True,
+                  seed_models: dict[str, str] | None = None,
                   log: Callable[[str], None] = lambda m: None) -> BenchResult:
-    convs = conversations()
-    if conversations_count is not None:
-        if not 1 <= conversations_count <= len(convs):
-            raise BenchError(f"--conversations {conversations_count}: seed 000 has {len(convs)} conversations; "
-                             f"accepted: 1 to {len(convs)}")
-        convs = convs[:conversations_count]
-    results = [bench_model(t, convs, max_tokens=max_tokens, timeout=timeout, log=log) for t in targets]
-    outcome = BenchResult(results=results, conversations=len(convs), max_tokens=max_tokens)
+    """`conversations`: the numbers (1-4, in the seed's order) of seed 000's conversations to
+    run, all of them by default. `seed_models`: {model name: row of seed 000's table} for
+    models whose names differ from the seed's."""
+    seed_models = seed_models or {}
+    for name, row in seed_models.items():
+        if seed_match([row]) is None:
+            raise BenchError(f"--seed-model {name}={row}: no such model in seed 000's table")
+    seed = seed_conversations()
+    numbers = list(conversations) if conversations else list(range(1, len(seed) + 1))
+    wrong = [n for n in numbers if not 1 <= n <= len(seed)]
+    if wrong:
+        raise BenchError(f"--conversations {' '.join(map(str, wrong))}: seed 000 has {len(seed)} conversations; "
+                         f"accepted: numbers from 1 to {len(seed)}")
+    convs = [{"number": n, **seed[n - 1]} for n in numbers]
+    results = [bench_model(t, convs, max_tokens=max_tokens, timeout=timeout, log=log,
+                           seed_model=seed_models.get(t.name) or seed_models.get(t.served)) for t in targets]
+    outcome = BenchResult(results=results, conversations=numbers, max_tokens=max_tokens)
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -513,7 +530,9 @@ def bench_targets(targets: list[Target], *, out_dir=None, conversations_count: i
         outcome.files = {"json": str(out / "bench.json"), "csv": str(out / "bench.csv")}
         write_csv(results, out / "bench.csv")
         if chart_file and results:
-            chart(results, out / "bench.png")
+            cap = f", answers capped at {max_tokens} tokens" if max_tokens else ""
+            chart(results, out / "bench.png", title=f"seed 000 multi-turn chat: output speed\nconversations "
+                                                    f"{', '.join(map(str, numbers))}{cap}")
             outcome.files["png"] = str(out / "bench.png")
         (out / "bench.json").write_text(json.dumps(outcome.to_dict(), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8")

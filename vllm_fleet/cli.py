@@ -5,7 +5,7 @@
     vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
-    vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N] [--max-tokens N] [--evalscope ...] [--json]
+    vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N] [--evalscope ...] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
@@ -239,6 +239,12 @@ def cmd_lab(args) -> int:
     return EXIT_OK
 
 
+def _name_value(text: str) -> str:
+    if "=" not in text.strip("="):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODEL=SEED_MODEL")
+    return text
+
+
 def cmd_bench(args) -> int:
     """Seed 000's multi-turn chat test on the fleet's chat models (vllm_fleet.bench), or with
     --evalscope seed 001's evalscope checks."""
@@ -251,6 +257,10 @@ def cmd_bench(args) -> int:
                                               args.model or None)
         if args.evalscope is not None:
             overrides = {k: v for k, v in (("parallel", args.parallel), ("number", args.number)) if v}
+            if args.prompt_length:
+                overrides.update(min_prompt_length=args.prompt_length, max_prompt_length=args.prompt_length)
+            if args.output_tokens:
+                overrides.update(min_tokens=args.output_tokens, max_tokens=args.output_tokens)
             rows = bench.run_evalscope(targets, checks=args.evalscope or ["perf", "accuracy"], out_dir=args.out,
                                        tokenizer_path=args.tokenizer_path, dataset_path=args.dataset,
                                        perf_overrides=overrides, accuracy_limit=args.limit_samples,
@@ -262,8 +272,9 @@ def cmd_bench(args) -> int:
                     print(f"{row['host']} {row['model']} {row['check']}: "
                           f"{'dry run' if row['rc'] is None else 'rc ' + str(row['rc'])}\n  {row['command']}")
             return EXIT_OK if all(r["rc"] in (0, None) for r in rows) else EXIT_FAILED
-        result = bench.bench_targets(targets, out_dir=args.out, conversations_count=args.conversations,
-                                     max_tokens=args.max_tokens, timeout=args.timeout, log=log)
+        result = bench.bench_targets(targets, out_dir=args.out, conversations=args.conversations,
+                                     max_tokens=args.max_tokens, timeout=args.timeout, log=log,
+                                     seed_models=dict(m.split("=", 1) for m in args.seed_model))
     except bench.BenchError as exc:
         print(f"vllm-fleet bench: {exc}", file=sys.stderr)
         return EXIT_INVALID if isinstance(exc, bench.InventoryError) else EXIT_USAGE
@@ -324,15 +335,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", default=[], help="only this model (name or served name; repeatable)")
     p.add_argument("-o", "--out", default="vllm-fleet-bench",
                    help="directory for bench.json, bench.csv, bench.png (default: vllm-fleet-bench)")
-    p.add_argument("--conversations", type=int, help="only the first N of seed 000's four conversations")
+    p.add_argument("--conversations", type=int, nargs="+", metavar="N",
+                   help="only these of seed 000's four conversations (1-4; default: all)")
     p.add_argument("--max-tokens", type=int, help="cap each answer (the seed sets none; for quick runs)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one answer may take (default 600)")
+    p.add_argument("--seed-model", action="append", default=[], metavar="MODEL=SEED_MODEL", type=_name_value,
+                   help="compare MODEL with this row of seed 000's table (when their names differ; repeatable)")
     p.add_argument("--evalscope", nargs="*", choices=["perf", "accuracy"],
                    help="run seed 001's evalscope checks instead (default: both); needs vllm-fleet[evalscope]")
     p.add_argument("--tokenizer-path", help="--evalscope perf: the model's tokenizer directory")
     p.add_argument("--dataset", help="--evalscope accuracy: the MMLU dataset directory (no hub is asked)")
     p.add_argument("--parallel", type=int, nargs="+", help="--evalscope perf: instead of the seed's 417 833")
     p.add_argument("--number", type=int, nargs="+", help="--evalscope perf: instead of the seed's 1000 2000")
+    p.add_argument("--prompt-length", type=int, help="--evalscope perf: prompt tokens instead of the seed's 1024")
+    p.add_argument("--output-tokens", type=int, help="--evalscope perf: output tokens instead of the seed's 1024")
     p.add_argument("--limit-samples", type=int, help="--evalscope accuracy: at most N samples per subset")
     p.add_argument("--dry-run", action="store_true", help="--evalscope: print the command lines, run nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shlex
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -106,7 +107,7 @@ def target(engine, key="", names=("tiny-chat",)):
 # ------------------------------------------------------------------ seed 000's data
 
 def test_the_conversations_are_seed_000s():
-    convs = bench.conversations()
+    convs = bench.seed_conversations()
     assert [len(c["user_questions"]) for c in convs] == [4, 4, 3, 2]
     assert convs[0]["user_questions"][0] == "能给我介绍一下新加坡吗"
     assert convs[1]["user_questions"][3] == "有善终的开国功臣吗"
@@ -141,7 +142,7 @@ def test_a_model_is_matched_to_the_seed_table_by_its_names(names, expected):
 # ------------------------------------------------------------------ the procedure
 
 def test_every_question_is_sent_with_the_conversation_so_far(engine):
-    convs = bench.conversations()
+    convs = bench.seed_conversations()
     result = bench.bench_model(target(engine), convs)
     assert result.error is None
     assert len(engine.requests) == 13 == len(result.turns)
@@ -159,7 +160,7 @@ def test_every_question_is_sent_with_the_conversation_so_far(engine):
 
 
 def test_characters_are_those_streamed_and_tokens_those_of_the_usage(engine):
-    result = bench.bench_model(target(engine), bench.conversations()[:2])
+    result = bench.bench_model(target(engine), bench.seed_conversations()[:2])
     for n, turn in enumerate(result.turns):
         streamed = "".join(answer_deltas(n))
         assert turn.answer == streamed
@@ -179,7 +180,7 @@ def test_characters_are_those_streamed_and_tokens_those_of_the_usage(engine):
 def test_reasoning_is_counted_apart_and_not_put_in_the_history():
     e = FakeEngine(answer_deltas, reasoning=["Let me think", " about it."])
     try:
-        result = bench.bench_model(target(e), bench.conversations()[:1])
+        result = bench.bench_model(target(e), bench.seed_conversations()[:1])
     finally:
         e.close()
     assert [t.reasoning_chars for t in result.turns] == [len("Let me think about it.")] * 4
@@ -189,15 +190,15 @@ def test_reasoning_is_counted_apart_and_not_put_in_the_history():
 
 
 def test_max_tokens_is_sent_only_when_asked(engine):
-    bench.bench_model(target(engine), bench.conversations()[:1], max_tokens=16)
+    bench.bench_model(target(engine), bench.seed_conversations()[:1], max_tokens=16)
     assert {r["body"]["max_tokens"] for r in engine.requests} == {16}
 
 
 def test_the_key_is_sent_as_bearer_and_shown_nowhere(tmp_path):
     e = FakeEngine(answer_deltas, key=KEY)
     try:
-        result = bench.bench_targets([target(e, key=KEY)], out_dir=tmp_path, conversations_count=1, chart_file=False)
-        unkeyed = bench.bench_model(target(e), bench.conversations()[:1])
+        result = bench.bench_targets([target(e, key=KEY)], out_dir=tmp_path, conversations=[1], chart_file=False)
+        unkeyed = bench.bench_model(target(e), bench.seed_conversations()[:1])
     finally:
         e.close()
     assert result.ok, result.results[0].error
@@ -212,7 +213,7 @@ def test_the_key_is_sent_as_bearer_and_shown_nowhere(tmp_path):
 def test_a_failing_model_is_reported_and_fails_the_run(tmp_path):
     e = FakeEngine(answer_deltas, status=500)
     try:
-        result = bench.bench_targets([target(e)], out_dir=tmp_path, conversations_count=1)
+        result = bench.bench_targets([target(e)], out_dir=tmp_path, conversations=[1])
     finally:
         e.close()
     assert not result.ok and result.exit_code == bench.EXIT_FAILED
@@ -220,9 +221,16 @@ def test_a_failing_model_is_reported_and_fails_the_run(tmp_path):
     assert "FAILED" in str(result)
 
 
+def test_conversations_are_chosen_by_their_seed_numbers(engine):
+    result = bench.bench_targets([target(engine)], conversations=[4, 3])
+    assert result.conversations == [4, 3]
+    assert [(t.conversation, t.turn) for t in result.results[0].turns] == [(4, 1), (4, 2), (3, 1), (3, 2), (3, 3)]
+    assert engine.requests[0]["body"]["messages"][1]["content"] == bench.seed_conversations()[3]["user_questions"][0]
+
+
 def test_conversations_out_of_range_are_refused(engine):
-    with pytest.raises(bench.BenchError, match="1 to 4"):
-        bench.bench_targets([target(engine)], conversations_count=5)
+    with pytest.raises(bench.BenchError, match="--conversations 5 0: seed 000 has 4 conversations"):
+        bench.bench_targets([target(engine)], conversations=[2, 5, 0])
     assert engine.requests == []
 
 
@@ -231,7 +239,7 @@ def test_conversations_out_of_range_are_refused(engine):
 def test_json_csv_and_a_png_chart_are_written(engine, tmp_path):
     seeded = bench.Target(host="node-02", name="qwen3-4b", served="qwen3-4b", url=engine.url,
                           names=["qwen3-4b", "Qwen/Qwen3-4B"])
-    result = bench.bench_targets([target(engine), seeded], out_dir=tmp_path, conversations_count=1)
+    result = bench.bench_targets([target(engine), seeded], out_dir=tmp_path, conversations=[1])
     assert result.ok
     assert set(result.files) == {"json", "csv", "png"}
     png = (tmp_path / "bench.png").read_bytes()
@@ -249,6 +257,15 @@ def test_json_csv_and_a_png_chart_are_written(engine, tmp_path):
     table = str(result)
     assert table.splitlines()[0].split()[:4] == ["HOST", "MODEL", "TURNS", "CHARS"]
     assert "171.8" in table
+
+
+def test_a_model_is_compared_with_the_seed_row_it_is_given(engine, tmp_path):
+    result = bench.bench_targets([target(engine)], out_dir=tmp_path, conversations=[3],
+                                 seed_models={"tiny-chat": "Qwen/Qwen3-0.6B-GPTQ-Int8"})
+    assert (result.results[0].seed_model, result.results[0].seed_a100, result.results[0].seed_metax) == (
+        "Qwen/Qwen3-0.6B-GPTQ-Int8", 117.4, 95.0)
+    with pytest.raises(bench.BenchError, match="no such model in seed 000's table"):
+        bench.bench_targets([target(engine)], seed_models={"tiny-chat": "Qwen/Qwen9"})
 
 
 # ------------------------------------------------------------------ which models, where
@@ -357,3 +374,23 @@ def test_evalscope_needs_its_local_inputs_and_a_dry_run_runs_nothing(tmp_path):
     assert [(r["check"], r["rc"]) for r in rows] == [("perf", None), ("accuracy", None)]
     assert all(KEY not in r["command"] for r in rows)
     assert not (tmp_path / "evalscope").exists()
+
+
+def test_the_command_prints_seed_001s_command_lines_with_overrides(engine, tmp_path, capsys):
+    inventory = tmp_path / "hosts.yml"
+    hv = host_vars(fleet_serve_base_port=engine.port, ansible_host="127.0.0.1", fleet_serve_api_key=KEY)
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"cpu-01": hv}}}))
+    rc = cli.main(["bench", "-i", str(inventory), "--model", "tiny-chat", "--evalscope", "perf", "--dry-run", "--json",
+                   "--tokenizer-path", "/tok", "--parallel", "1", "--number", "2", "--prompt-length", "64",
+                   "--output-tokens", "8", "-o", str(tmp_path / "out")])
+    rows = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert [(r["model"], r["check"], r["rc"]) for r in rows] == [("tiny-chat", "perf", None)]
+    words = shlex.split(rows[0]["command"])
+    for flag, value in (("--parallel", "1"), ("--number", "2"), ("--min-prompt-length", "64"),
+                        ("--max-prompt-length", "64"), ("--min-tokens", "8"), ("--max-tokens", "8"),
+                        ("--model", "tiny"), ("--url", f"http://127.0.0.1:{engine.port}/v1/completions"),
+                        ("--api-key", bench.MASK)):
+        assert words[words.index(flag) + 1] == value, flag
+    assert KEY not in rows[0]["command"]
+    assert engine.requests == []
