@@ -394,3 +394,24 @@ def test_the_command_prints_seed_001s_command_lines_with_overrides(engine, tmp_p
         assert words[words.index(flag) + 1] == value, flag
     assert KEY not in rows[0]["command"]
     assert engine.requests == []
+
+
+def test_evalscopes_own_parsers_read_the_command_lines_as_the_seed_wrote_them():
+    """Only where evalscope is installed (vllm-fleet[evalscope]; not in the test setup)."""
+    import argparse
+
+    pytest.importorskip("evalscope")
+    from evalscope import arguments as eval_arguments
+    from evalscope.perf import arguments as perf_arguments
+
+    t = bench.Target(host="h", name="m", served="gpt-oss-120b-bf16", url="http://10.0.0.5:8000", api_key=KEY)
+    perf, acc = argparse.ArgumentParser(), argparse.ArgumentParser()
+    perf_arguments.add_argument(perf)
+    eval_arguments.add_argument(acc)
+    p = perf.parse_args(bench.evalscope_perf_argv(t, "/tok")[2:])
+    assert (p.parallel, p.number, p.url, p.dataset, p.max_tokens, p.min_tokens, p.extra_args, p.api_key) == (
+        [417, 833], [1000, 2000], "http://10.0.0.5:8000/v1/completions", "random", [1024], 1024,
+        {"ignore_eos": True}, KEY)
+    a = acc.parse_args(bench.evalscope_accuracy_argv(t, "/data/mmlu")[2:])
+    assert (a.eval_type, a.datasets, a.dataset_args, a.eval_batch_size, a.generation_config) == (
+        "openai_api", ["mmlu"], {"mmlu": {"local_path": "/data/mmlu"}}, 256, {"timeout": 1200})
