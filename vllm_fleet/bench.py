@@ -124,10 +124,8 @@ class Target:
     url: str
     names: list[str] = field(default_factory=list)
     api_key: str = field(default="", repr=False)
-
-    def public(self) -> dict:
-        return {"host": self.host, "name": self.name, "served": self.served, "url": self.url,
-                "api_key": MASK if self.api_key else ""}
+    #: Why the controller cannot reach the model (it listens on the node's loopback only).
+    unreachable: str | None = None
 
 
 def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, dict]:
@@ -208,9 +206,14 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
             source = model.get("source") if isinstance(model.get("source"), dict) else {}
             names = [*model["served_model_name"], model["name"], str(source.get("repo") or ""),
                      str(model.get("path") or "")]
+            # The controller asks as a router would, from its own loopback.
+            unreachable = (f"it listens on {model['listen']} only, on a node the controller reaches at "
+                           f"{hv.get('ansible_host') or host}; give it a listen address (fleet_serve_listen "
+                           "or the model's listen)") if router.unreachable_from("127.0.0.1", host, hv, model) else None
             out.append(Target(host=host, name=model["name"], served=model["served_model_name"][0],
                               url=base_url(router.node_address(host, hv, model), model["port"]),
-                              names=[n for n in names if n], api_key=api_key(hv, own.get(model["name"], {}))))
+                              names=[n for n in names if n], api_key=api_key(hv, own.get(model["name"], {})),
+                              unreachable=unreachable))
     return out
 
 
@@ -369,6 +372,9 @@ def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = N
     result = ModelResult(host=target.host, model=target.name, served=target.served, url=target.url,
                          seed_model=seed["model"] if seed else None, seed_a100=seed["a100"] if seed else None,
                          seed_metax=seed["metax"] if seed else None)
+    if target.unreachable:
+        result.error = target.unreachable
+        return result
     own_session = session is None
     if own_session:
         session = requests.Session()

@@ -297,6 +297,15 @@ def test_extra_vars_and_secrets_win_and_models_can_be_chosen():
     assert [(t.name, t.url, t.api_key) for t in found] == [("tiny-chat", "http://10.0.0.9:9100", KEY)]
 
 
+def test_a_model_on_a_remote_nodes_loopback_is_reported_unreachable_and_not_asked():
+    found = bench.targets_from_hostvars({"cpu-01": host_vars()})  # listen: 127.0.0.1 by default
+    assert found[0].unreachable and "listens on 127.0.0.1 only" in found[0].unreachable
+    result = bench.bench_targets(found[:1], conversations=[3])
+    assert result.results[0].error == found[0].unreachable and result.exit_code == bench.EXIT_FAILED
+    local = bench.targets_from_hostvars({"cpu-01": host_vars(ansible_host="127.0.0.1")})
+    assert local[0].unreachable is None  # the lab: nodes share the controller's loopback
+
+
 def test_a_templated_value_is_refused():
     with pytest.raises(bench.BenchError, match="fleet_serve_api_key is a template"):
         bench.targets_from_hostvars({"cpu-01": host_vars(fleet_serve_api_key="{{ vault_key }}")})
