@@ -10,7 +10,7 @@ it has no code. Line numbers below are those of the seed file
   chat/completions API, multi-turn conversations, the mean output speed in characters per second;
 - lines 10-44: the four conversations (a system prompt and the user's questions), shipped
   verbatim as data/bench/seed000_conversations.json;
-- lines 46-71: the results table (model, A100 and MetaX C500 characters per second, a remark),
+- lines 48-71 (under the heading 模型测试结果): the results table (model, A100 and MetaX C500 characters per second, a remark),
   shipped verbatim as data/bench/seed000_results.tsv.
 
 Where the seed says nothing, the choice made here is named where it is made (`run_turn`,
@@ -86,10 +86,10 @@ def seed_conversations() -> list[dict]:
 
 
 def seed_results() -> list[dict]:
-    """Seed 000's results table (lines 46-71): [{model, a100, metax, note}], in the seed's order."""
+    """Seed 000's results table (lines 48-71): [{model, a100, metax, note}], in the seed's order."""
     rows = []
     lines = SEED_RESULTS_FILE.read_text(encoding="utf-8").splitlines()
-    for line in lines[1:]:  # line 46 is the header: 模型名称 A100出字速度(字/秒) 沐曦卡出字速度(字/秒) 备注
+    for line in lines[1:]:  # line 48 is the header: 模型名称 A100出字速度(字/秒) 沐曦卡出字速度(字/秒) 备注
         cells = line.split("\t")
         rows.append({"model": cells[0], "a100": float(cells[1]), "metax": float(cells[2]),
                      "note": cells[3] if len(cells) > 3 else ""})
