@@ -10,8 +10,8 @@ it has no code. Line numbers below are those of the seed file
   chat/completions API, multi-turn conversations, the mean output speed in characters per second;
 - lines 10-44: the four conversations (a system prompt and the user's questions), shipped
   verbatim as data/bench/seed000_conversations.json;
-- lines 48-71 (under the heading 模型测试结果): the results table (model, A100 and MetaX C500 characters per second, a remark),
-  shipped verbatim as data/bench/seed000_results.tsv.
+- lines 48-71 (under the heading 模型测试结果): the results table (model, A100 and MetaX C500
+  characters per second, a remark), shipped verbatim as data/bench/seed000_results.tsv.
 
 Where the seed says nothing, the choice made here is named where it is made (`run_turn`,
 `ModelResult`): the sentence gives the unit and the procedure, not the formula.
