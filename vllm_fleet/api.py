@@ -620,3 +620,12 @@ def status(inventory, limit=None, **kwargs):
     from vllm_fleet import live_status  # noqa: PLC0415 - imports this module
 
     return live_status.status(inventory, limit=limit, **kwargs)
+
+
+def bench(inventory, limit=None, extravars=None, secrets=None, **kwargs):
+    """Seed 000's multi-turn chat test on every chat model of the selected hosts (no playbook
+    run: the controller asks the models directly); see vllm_fleet.bench.bench for the options.
+    Returns a vllm_fleet.bench.BenchResult (figures per model, files written)."""
+    from vllm_fleet import bench as _bench
+
+    return _bench.bench(inventory, limit, extravars=extravars, secrets=secrets, **kwargs)

@@ -7,6 +7,7 @@
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
     vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P] [--json]
     vllm-fleet status    [-i INVENTORY] [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
+    vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N] [--evalscope ...] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
@@ -266,6 +267,49 @@ def cmd_lab(args) -> int:
     return EXIT_OK
 
 
+def _name_value(text: str) -> str:
+    if "=" not in text.strip("="):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODEL=SEED_MODEL")
+    return text
+
+
+def cmd_bench(args) -> int:
+    """Seed 000's multi-turn chat test on the fleet's chat models (vllm_fleet.bench), or with
+    --evalscope seed 001's evalscope checks."""
+    from vllm_fleet import bench
+
+    log = (lambda m: None) if args.json or args.quiet else (lambda m: print(f"==> {m}", file=sys.stderr))
+    try:
+        targets = bench.targets_from_hostvars(bench.inventory_hostvars(_inventory(args.inventory), args.limit),
+                                              parse_extravars(args.extra_vars), load_secrets(args.secrets),
+                                              args.model or None)
+        if args.evalscope is not None:
+            overrides = {k: v for k, v in (("parallel", args.parallel), ("number", args.number)) if v}
+            if args.prompt_length:
+                overrides.update(min_prompt_length=args.prompt_length, max_prompt_length=args.prompt_length)
+            if args.output_tokens:
+                overrides.update(min_tokens=args.output_tokens, max_tokens=args.output_tokens)
+            rows = bench.run_evalscope(targets, checks=args.evalscope or ["perf", "accuracy"], out_dir=args.out,
+                                       tokenizer_path=args.tokenizer_path, dataset_path=args.dataset,
+                                       perf_overrides=overrides, accuracy_limit=args.limit_samples,
+                                       dry_run=args.dry_run, log=log)
+            if args.json:
+                print(json.dumps(rows, indent=2))
+            else:
+                for row in rows:
+                    print(f"{row['host']} {row['model']} {row['check']}: "
+                          f"{'dry run' if row['rc'] is None else 'rc ' + str(row['rc'])}\n  {row['command']}")
+            return EXIT_OK if all(r["rc"] in (0, None) for r in rows) else EXIT_FAILED
+        result = bench.bench_targets(targets, out_dir=args.out, conversations=args.conversations,
+                                     max_tokens=args.max_tokens, timeout=args.timeout, log=log,
+                                     seed_models=dict(m.split("=", 1) for m in args.seed_model))
+    except bench.BenchError as exc:
+        print(f"vllm-fleet bench: {exc}", file=sys.stderr)
+        return EXIT_INVALID if isinstance(exc, bench.InventoryError) else EXIT_USAGE
+    print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if args.json else result)
+    return result.exit_code
+
+
 def _print_table(rows: list[dict], columns: list[str]) -> None:
     if not rows:
         print("(no nodes)")
@@ -328,6 +372,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refresh in place every SECONDS (default 2) until Ctrl-C")
     p.add_argument("--no-ssh", action="store_true", help="read only the models' HTTP endpoints (no unit state, no devices)")
     p.set_defaults(func=cmd_status)
+    p = sub.add_parser("bench", help="seed 000's multi-turn chat test (characters/s) on every chat model; "
+                                     "--evalscope: seed 001's evalscope checks")
+    p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"inventory (default: {DEFAULT_INVENTORY})")
+    p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
+    p.add_argument("-e", "--extra-vars", action="append", default=[],
+                   help="extra variables (as for provision: the listen address, ports) KEY=VALUE, JSON or @FILE")
+    p.add_argument("--secrets", help="YAML file of secret variables (fleet_serve_api_key); never printed")
+    p.add_argument("--model", action="append", default=[], help="only this model (name or served name; repeatable)")
+    p.add_argument("-o", "--out", default="vllm-fleet-bench",
+                   help="directory for bench.json, bench.csv, bench.png (default: vllm-fleet-bench)")
+    p.add_argument("--conversations", type=int, nargs="+", metavar="N",
+                   help="only these of seed 000's four conversations (1-4; default: all)")
+    p.add_argument("--max-tokens", type=int, help="cap each answer (the seed sets none; for quick runs)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds one answer may take (default 600)")
+    p.add_argument("--seed-model", action="append", default=[], metavar="MODEL=SEED_MODEL", type=_name_value,
+                   help="compare MODEL with this row of seed 000's table (when their names differ; repeatable)")
+    p.add_argument("--evalscope", nargs="*", choices=["perf", "accuracy"],
+                   help="run seed 001's evalscope checks instead (default: both); needs vllm-fleet[evalscope]")
+    p.add_argument("--tokenizer-path", help="--evalscope perf: the model's tokenizer directory")
+    p.add_argument("--dataset", help="--evalscope accuracy: the MMLU dataset directory (no hub is asked)")
+    p.add_argument("--parallel", type=int, nargs="+", help="--evalscope perf: instead of the seed's 417 833")
+    p.add_argument("--number", type=int, nargs="+", help="--evalscope perf: instead of the seed's 1000 2000")
+    p.add_argument("--prompt-length", type=int, help="--evalscope perf: prompt tokens instead of the seed's 1024")
+    p.add_argument("--output-tokens", type=int, help="--evalscope perf: output tokens instead of the seed's 1024")
+    p.add_argument("--limit-samples", type=int, help="--evalscope accuracy: at most N samples per subset")
+    p.add_argument("--dry-run", action="store_true", help="--evalscope: print the command lines, run nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=cmd_bench)
 
     p_lab = sub.add_parser("lab", help="the local lab of systemd-nspawn nodes with simulated accelerators")
     lab_sub = p_lab.add_subparsers(dest="lab_command", required=True)
