@@ -43,10 +43,12 @@ def fleet_inventory_problems(hostvars, hosts):
     # (not only those of the run: `-l router` must still know what the fleet serves).
     routers = {h: v for h, v in collected.items() if _router_only(v)}
     try:
-        problems = validation.validate_hosts({h: v for h, v in collected.items() if h not in routers})
+        # Every fleet node of the inventory: the members of a spanning model and the
+        # servers of a router need not all be in the run.
+        fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+                 if "fleet" in (hostvars[h].get("group_names") or [])}
+        problems = validation.validate_hosts({h: v for h, v in collected.items() if h not in routers}, fleet)
         if routers:
-            fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
-                     if "fleet" in (hostvars[h].get("group_names") or [])}
             problems += validation.router_problems(routers, fleet)
         return problems
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
@@ -113,12 +115,15 @@ def _role_names():
 
 
 def fleet_resolve_models(fleet_models, accelerator, serve_defaults=None, serve_env=None,
-                         launch_profiles=None, base_port=None, listen=None, api_key=False, unauthenticated=False):
+                         launch_profiles=None, base_port=None, listen=None, api_key=False, unauthenticated=False,
+                         host=None):
     # api_key: whether the group has a fleet_serve_api_key (a boolean, never the key).
+    # host: inventory_hostname, so that a model spanning other hosts is not this node's.
     resolved, problems = models.resolve_models(
         _plain(fleet_models), _plain(accelerator), serve_defaults=_plain(serve_defaults),
         serve_env=_plain(serve_env), launch_profiles=_plain(launch_profiles), base_port=base_port,
-        listen=_plain(listen), api_key=bool(api_key), unauthenticated=bool(unauthenticated))
+        listen=_plain(listen), api_key=bool(api_key), unauthenticated=bool(unauthenticated),
+        host=None if host is None else str(host))
     if problems:
         raise AnsibleFilterError("fleet_resolve_models: " + "; ".join(problems))
     return resolved
