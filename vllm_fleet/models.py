@@ -179,7 +179,7 @@ def _span(model: dict, serve: dict, host: str | None, where: str, problems: list
     serve["distributed_executor_backend"] = "ray"
     role = None if host is None else ("head" if host == head else "worker")
     port = span.get("port", DEFAULT_RAY_PORT)
-    return {"nodes": nodes, "head": head, "port": port, "role": role, "unit": f"vllm-ray-{name}"}
+    return {"nodes": nodes, "head": head, "port": port, "role": role, "unit": f"ray-{name}"}
 
 
 def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) -> list[dict]:

@@ -26,6 +26,7 @@ import jsonschema
 import yaml
 
 from vllm_fleet import PROJECT_DIR, vendors
+from vllm_fleet.cluster import cluster_address
 from vllm_fleet.api import MASK
 from vllm_fleet.models import DATA_DIR, DEFAULT_RAY_PORT, node_devices, resolve_models
 
@@ -1028,11 +1029,6 @@ def placeholder_checksums(matrix: Any, path: str = "fleet_matrix") -> list[str]:
         for index, value in enumerate(matrix):
             found += placeholder_checksums(value, f"{path}[{index}]")
     return found
-
-
-def cluster_address(host: str, host_vars: dict) -> str:
-    """The address a node's Ray member binds and the other members reach it at."""
-    return str(host_vars.get("fleet_cluster_address") or host_vars.get("ansible_host") or host)
 
 
 def span_problems(hosts: dict[str, dict], inventory: dict[str, dict] | None = None) -> list[str]:

@@ -59,7 +59,7 @@ def test_each_member_resolves_its_share(fleet):
     # tensor parallel inside a node: each member gives the model tp devices, not tp x pp.
     assert h["devices"] == w["devices"] == [0, 1]
     assert h["serve"]["distributed_executor_backend"] == "ray"
-    assert h["span"]["port"] == 6379 and h["span"]["unit"] == "vllm-ray-big-moe"
+    assert h["span"]["port"] == 6379 and h["span"]["unit"] == "ray-big-moe"
 
 
 def test_a_host_outside_the_span_does_not_get_the_model(fleet):
@@ -205,3 +205,37 @@ def test_two_spans_on_one_ray_port_are_refused(fleet):
         host_vars["fleet_models"].append(copy.deepcopy(second))
     problems = validate_hosts(fleet)
     assert any("model big-moe-2: its Ray port 6379 on host nvidia-01 is model big-moe's too" in p for p in problems)
+
+
+def member(fleet, host):
+    (model,), _ = resolve_models(fleet[host]["fleet_models"], fleet[host]["fleet_accelerator"], host=host)
+    return model
+
+
+def test_ray_start_of_head_and_worker(fleet):
+    from vllm_fleet.cluster import ray_start_argv
+
+    head = ray_start_argv(member(fleet, "nvidia-01"), "/v/bin/ray", address="10.0.0.1", head_address="10.0.0.1",
+                          resource="GPU", temp_dir="/h/ray/6379")
+    assert head == ["/v/bin/ray", "start", "--block", "--node-ip-address=10.0.0.1", "--disable-usage-stats",
+                    "--temp-dir=/h/ray/6379", "--head", "--port=6379", "--include-dashboard=false", "--num-gpus=2"]
+    worker = ray_start_argv(member(fleet, "nvidia-02"), "/v/bin/ray", address="10.0.0.2", head_address="10.0.0.1",
+                            resource="NPU", temp_dir="/h/ray/6379", num_cpus=2, object_store_bytes=80_000_000)
+    assert "--address=10.0.0.1:6379" in worker and "--head" not in worker
+    assert '--resources={"NPU":2}' in worker and "--num-cpus=2" in worker and "--object-store-memory=80000000" in worker
+
+
+def test_member_environment_fills_the_vendor_contract(fleet):
+    from vllm_fleet import vendors
+    from vllm_fleet.cluster import member_env
+
+    model = member(fleet, "nvidia-02")
+    env = member_env(vendors.contract("ascend")["cluster"], "10.0.0.2", "enp189s0f0", "ASCEND_RT_VISIBLE_DEVICES",
+                     model["devices"], "10.0.0.1", 6379)
+    assert env["HCCL_INTRA_ROCE_ENABLE"] == "1" and env["HCCL_IF_IP"] == "10.0.0.2"
+    assert env["GLOO_SOCKET_IFNAME"] == "enp189s0f0" and env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
+    assert env["RAY_ADDRESS"] == "10.0.0.1:6379"
+    # Without an interface the libraries pick one: no variable names an empty one.
+    env = member_env(vendors.contract("nvidia")["cluster"], "10.0.0.2", "", "CUDA_VISIBLE_DEVICES", [0, 1],
+                     "10.0.0.1", 6379)
+    assert "NCCL_SOCKET_IFNAME" not in env and env["VLLM_HOST_IP"] == "10.0.0.2"
