@@ -239,3 +239,14 @@ def test_member_environment_fills_the_vendor_contract(fleet):
     env = member_env(vendors.contract("nvidia")["cluster"], "10.0.0.2", "", "CUDA_VISIBLE_DEVICES", [0, 1],
                      "10.0.0.1", 6379)
     assert "NCCL_SOCKET_IFNAME" not in env and env["VLLM_HOST_IP"] == "10.0.0.2"
+
+
+def test_the_lab_serves_the_ray_its_versions_name():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    version = yaml.safe_load((root / "lab/inventory/versions.yml").read_text())["nvidia"]["ray"]
+    pins = (root / "lab/fixtures/wheels/real-requirements.txt").read_text().split()
+    assert f"ray=={version}" in pins
