@@ -939,7 +939,7 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
         address = str(host_vars.get("ansible_host", host))
         if isinstance(host_vars.get("ansible_port"), int):
             listeners[(address, host_vars["ansible_port"])] = f"the SSH port of {host}"
-        for model in router.served_models(host_vars):
+        for model in router.served_models(host_vars, host):
             for name in model["served_model_name"]:
                 served.setdefault(name, []).append(host)
             listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
@@ -968,7 +968,7 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                                 + f"; accepted: a served model name of the fleet ({known})")
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
-                model = next(m for m in router.served_models(node_vars) if name in m["served_model_name"])
+                model = next(m for m in router.served_models(node_vars, node) if name in m["served_model_name"])
                 if router.unreachable_from(address, node, node_vars, model):
                     problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
                                     f"which the router at {address} cannot reach; accepted: a listen address the "

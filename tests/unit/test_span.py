@@ -250,3 +250,12 @@ def test_the_lab_serves_the_ray_its_versions_name():
     version = yaml.safe_load((root / "lab/inventory/versions.yml").read_text())["nvidia"]["ray"]
     pins = (root / "lab/fixtures/wheels/real-requirements.txt").read_text().split()
     assert f"ray=={version}" in pins
+
+
+def test_a_router_sends_a_spanning_model_to_its_head_only(fleet, example):
+    from vllm_fleet import router
+
+    third = copy.deepcopy(fleet["nvidia-01"])  # a third node of the group, outside the span
+    third["ansible_host"] = "192.0.2.43"
+    (backend,) = router.backends([{"name": "big-moe", "port": 9000}], {**fleet, "nvidia-03": third})
+    assert [(s["host"], s["port"]) for s in backend["servers"]] == [("nvidia-01", 8000)]
