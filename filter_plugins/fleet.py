@@ -14,10 +14,10 @@ from ansible.errors import AnsibleFilterError
 # Ansible loads this file in every worker process that renders one of these filters, so
 # it imports only what those need; validation (jsonschema) is imported by its two filters.
 try:
-    from vllm_fleet import models, release, render, state
+    from vllm_fleet import cluster, models, release, render, state
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from vllm_fleet import models, release, render, state
+    from vllm_fleet import cluster, models, release, render, state
 
 
 def _plain(value):
@@ -45,11 +45,12 @@ def fleet_inventory_problems(hostvars, hosts):
     # Monitoring hosts alike (roles/monitoring); a fleet node may also be one.
     monitors = {h: v for h, v in collected.items() if "monitoring" in (v.get("group_names") or [])}
     try:
+        # Every fleet node of the inventory: the members of a spanning model and the
+        # servers of a router or targets of a monitoring host need not all be in the run.
+        fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+                 if "fleet" in (hostvars[h].get("group_names") or [])}
         problems = validation.validate_hosts({h: v for h, v in collected.items()
-                                              if h not in routers and not _monitoring_only(v)})
-        if routers or monitors:
-            fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
-                     if "fleet" in (hostvars[h].get("group_names") or [])}
+                                              if h not in routers and not _monitoring_only(v)}, fleet)
         if routers:
             problems += validation.router_problems(routers, fleet)
         if monitors:
@@ -153,15 +154,45 @@ def _role_names():
 
 
 def fleet_resolve_models(fleet_models, accelerator, serve_defaults=None, serve_env=None,
-                         launch_profiles=None, base_port=None, listen=None, api_key=False, unauthenticated=False):
+                         launch_profiles=None, base_port=None, listen=None, api_key=False, unauthenticated=False,
+                         host=None):
     # api_key: whether the group has a fleet_serve_api_key (a boolean, never the key).
+    # host: inventory_hostname, so that a model spanning other hosts is not this node's.
     resolved, problems = models.resolve_models(
         _plain(fleet_models), _plain(accelerator), serve_defaults=_plain(serve_defaults),
         serve_env=_plain(serve_env), launch_profiles=_plain(launch_profiles), base_port=base_port,
-        listen=_plain(listen), api_key=bool(api_key), unauthenticated=bool(unauthenticated))
+        listen=_plain(listen), api_key=bool(api_key), unauthenticated=bool(unauthenticated),
+        host=None if host is None else str(host))
     if problems:
         raise AnsibleFilterError("fleet_resolve_models: " + "; ".join(problems))
     return resolved
+
+
+def fleet_cluster_address(hostvars, host):
+    """The address `host`'s Ray member binds (vllm_fleet.cluster.cluster_address)."""
+    hv = hostvars[str(host)]
+    return cluster.cluster_address(str(host), {k: _plain(hv.get(k)) for k in ("fleet_cluster_address", "ansible_host")})
+
+
+def fleet_ray_env(model, cluster_contract, address, interface, visible_env, head_address):
+    """A spanning model's member environment (vllm_fleet.cluster.member_env)."""
+    model = _plain(model)
+    return cluster.member_env(_plain(cluster_contract), str(address), _plain(interface) or None,
+                              _plain(visible_env) or None, model.get("devices") or [], str(head_address),
+                              int(model["span"]["port"]))
+
+
+def fleet_ray_start_argv(model, ray, address, head_address, resource, temp_dir, num_cpus=0, object_store_bytes=0,
+                         extra=None):
+    """`ray start` of a spanning model's member (vllm_fleet.cluster.ray_start_argv)."""
+    return cluster.ray_start_argv(_plain(model), str(ray), address=str(address), head_address=str(head_address),
+                                  resource=_plain(resource) or None, temp_dir=str(temp_dir), num_cpus=int(num_cpus),
+                                  object_store_bytes=int(object_store_bytes), extra=_plain(extra) or [])
+
+
+def fleet_ray_gate_spec(model, members, resource, timeout, delay=2):
+    """What the head's gate waits for (vllm_fleet.cluster.gate_spec)."""
+    return cluster.gate_spec(_plain(model), _plain(members), _plain(resource) or None, int(timeout), int(delay))
 
 
 def vllm_serve_argv(model, executable="vllm"):
@@ -289,4 +320,8 @@ class FilterModule:
             "fleet_release_inputs": fleet_release_inputs,
             "fleet_release_state": fleet_release_state,
             "fleet_release_history": fleet_release_history,
+            "fleet_cluster_address": fleet_cluster_address,
+            "fleet_ray_env": fleet_ray_env,
+            "fleet_ray_start_argv": fleet_ray_start_argv,
+            "fleet_ray_gate_spec": fleet_ray_gate_spec,
         }

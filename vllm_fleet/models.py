@@ -116,6 +116,72 @@ def parallel_size(serve: dict) -> int:
     return size
 
 
+#: Ray's GCS port on a spanning model's head unless its span sets `port` (Ray's default).
+DEFAULT_RAY_PORT = 6379
+
+
+def node_devices(model: dict) -> int:
+    """Devices a model needs on one node: tensor x pipeline x data parallel sizes, except for a
+    model that spans nodes, whose pipeline stages are its nodes (tensor parallel inside one)."""
+    serve = model.get("serve") or {}
+    if model.get("span"):
+        tp = serve.get("tensor_parallel_size")
+        return tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else 1
+    return parallel_size(serve)
+
+
+def _need_why(model: dict) -> str:
+    return ("tensor_parallel_size on each node it spans" if model.get("span")
+            else "tensor x pipeline x data parallel sizes")
+
+
+def _span(model: dict, serve: dict, host: str | None, where: str, problems: list[str]) -> dict | None:
+    """A spanning model's span as this host sees it, its serve flags completed for Ray.
+
+    The layout accepted is vLLM's documented multi-node one: tensor parallel inside a node
+    over the node's devices for the model, pipeline parallel across the nodes, so
+    pipeline_parallel_size = the number of nodes and tensor_parallel_size = the devices the
+    model takes on each node (tp x pp = devices per node x nodes). The rules between hosts
+    (members exist, one vendor, one matrix, one declaration) are validation's.
+    """
+    span = model.get("span")
+    if not isinstance(span, dict):
+        return None
+    nodes = [str(n) for n in span.get("nodes") or []]
+    head = str(span.get("head", ""))
+    name = model.get("name")
+    if head not in nodes:
+        problems.append(f"{where}.span.head = {head!r} is not one of its nodes {nodes}; accepted: one of span.nodes "
+                        "(the member that runs Ray's head and vllm serve)")
+    tp, pp = serve.get("tensor_parallel_size"), serve.get("pipeline_parallel_size")
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        problems.append(f"model {name}: spans {len(nodes)} nodes but serve.tensor_parallel_size is {tp!r}; set it to "
+                        "the devices the model takes on each node (tensor parallel inside a node)")
+    if pp != len(nodes):
+        problems.append(f"model {name}: spans {len(nodes)} nodes but serve.pipeline_parallel_size is {pp!r}; set it to "
+                        f"{len(nodes)} (pipeline parallel across nodes, one stage per node: tp x pp = devices per node "
+                        "x nodes)")
+    dp = serve.get("data_parallel_size")
+    if dp not in (None, 1):
+        problems.append(f"model {name}: spans nodes with serve.data_parallel_size {dp!r}; a spanning model is one "
+                        "replica (tensor x pipeline parallel): remove data_parallel_size, or serve replicas as "
+                        "separate models")
+    devices = model.get("devices")
+    if isinstance(devices, list) and devices and isinstance(tp, int) and isinstance(pp, int) \
+            and len(devices) * len(nodes) != tp * pp:
+        problems.append(f"model {name}: tp x pp = {tp} x {pp} = {tp * pp} devices, but devices gives {len(devices)} per "
+                        f"node x {len(nodes)} nodes = {len(devices) * len(nodes)}; list tensor_parallel_size devices "
+                        "(the same on every member)")
+    backend = serve.get("distributed_executor_backend")
+    if backend not in (None, "ray"):
+        problems.append(f"model {name}: spans nodes, so serve.distributed_executor_backend must be ray (or left out), "
+                        f"not {backend!r}")
+    serve["distributed_executor_backend"] = "ray"
+    role = None if host is None else ("head" if host == head else "worker")
+    port = span.get("port", DEFAULT_RAY_PORT)
+    return {"nodes": nodes, "head": head, "port": port, "role": role, "unit": f"ray-{name}"}
+
+
 def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) -> list[dict]:
     """The model's LoRA adapters, added to its `serve` flags as vLLM takes them.
 
@@ -143,13 +209,18 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                    serve_defaults: dict | None = None, serve_env: dict | None = None,
                    launch_profiles: dict | None = None, base_port: int | None = None,
                    listen: str | None = None, api_key: bool = False,
-                   unauthenticated: bool = False) -> tuple[list[dict], list[str]]:
+                   unauthenticated: bool = False, host: str | None = None) -> tuple[list[dict], list[str]]:
     """Resolve a host's models; return (resolved models, problems).
 
     `listen`, `api_key` and `unauthenticated` are the group's fleet_serve_listen, whether
     it has a fleet_serve_api_key (never the key itself: resolved models are shown in plans
     and logs) and fleet_serve_unauthenticated; a model's own `listen`, `unauthenticated`
     and secret_env.VLLM_API_KEY win over them.
+
+    `host` is the inventory name of the node resolved for: a model with a `span` is this
+    node's only if the host is one of its nodes (`span.role` says head or worker; a worker
+    runs Ray only: no port, no URL). Without `host`, spanning models are resolved as
+    declared (role None), as validation reads a group's models.
 
     Problems are sentences naming the model, the field, the value and what is
     accepted; the caller adds the host name. Models with `enabled: false` are
@@ -192,6 +263,9 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             continue
         name = model.get("name", f"#{i}")
         where = f"fleet_models[{i}] ({name})"
+        span_nodes = (model.get("span") or {}).get("nodes") if isinstance(model.get("span"), dict) else None
+        if host is not None and isinstance(span_nodes, list) and host not in [str(n) for n in span_nodes]:
+            continue  # a spanning model of other hosts of the group
         kind = model.get("kind")
         prof = profs.get(kind)
         if prof is None:
@@ -216,6 +290,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                 problems.append(f"{where}.secret_env.{secret_name}: the value has quotes, backslashes, a newline "
                                 "or surrounding spaces, which environment files cannot carry")
         adapters = _lora_adapters(model, serve, where, problems)
+        span = _span(model, serve, host, where, problems)
         served = serve.pop("served_model_name", None) or name
         secret_names = set((model.get("secret_env") or {}).keys())
         if api_key:
@@ -243,13 +318,16 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             "port": model.get("port"),
             "devices": list(model.get("devices") or []),
             "_explicit_devices": bool(model.get("devices")),
+            "span": span,
         })
 
     active = [m for m in resolved if m["enabled"]]
 
-    # Pass 2: ports, explicit first, then the free ones from base_port up.
+    # Pass 2: ports, explicit first, then the free ones from base_port up. A spanning
+    # model's workers serve no API (vllm serve runs on the head only).
     used_ports: dict[int, str] = {}
-    for m in active:
+    api = [m for m in active if not (m["span"] and m["span"]["role"] == "worker")]
+    for m in api:
         port = m["port"]
         if isinstance(port, int):
             if port in used_ports:
@@ -257,7 +335,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                                 "each model on a host needs its own port")
             used_ports.setdefault(port, m["name"])
     next_port = base_port
-    for m in active:
+    for m in api:
         if m["port"] is None:
             while next_port in used_ports:
                 next_port += 1
@@ -269,7 +347,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     shared = vendor in vendors.VENDORS and vendors.shared_devices(vendor)
     owner: dict[int, str] = {}
     for m in active:
-        need = parallel_size(m["serve"])
+        need = node_devices(m)
         if not m["_explicit_devices"]:
             continue
         missing = [d for d in m["devices"] if count and d >= count]
@@ -282,15 +360,15 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                                 "device sets of models on one host must not overlap")
             owner.setdefault(d, m["name"])
         if len(m["devices"]) < need:
-            problems.append(f"model {m['name']}: needs {need} devices (tensor x pipeline x data parallel sizes) "
+            problems.append(f"model {m['name']}: needs {need} devices ({_need_why(m)}) "
                             f"but devices lists {len(m['devices'])}: {m['devices']}")
     for m in active:
         if m["_explicit_devices"]:
             continue
-        need = parallel_size(m["serve"])
+        need = node_devices(m)
         free = [d for d in range(count) if shared or d not in owner]
         if need > count:
-            problems.append(f"model {m['name']}: needs {need} devices (tensor x pipeline x data parallel sizes) "
+            problems.append(f"model {m['name']}: needs {need} devices ({_need_why(m)}) "
                             f"but fleet_accelerator.count is {count}")
             continue
         if len(free) < need:
@@ -306,8 +384,10 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
         visible_env = vendors.visible_devices_env(vendor) if vendor in vendors.VENDORS else None
         if m["enabled"] and visible_env and m["devices"]:
             m["env"].setdefault(visible_env, ",".join(str(d) for d in m["devices"]))
+        if not m["enabled"] or (m["span"] and m["span"]["role"] == "worker"):
+            m["port"] = None
         if not m["enabled"]:
-            m["port"], m["devices"] = None, []
+            m["devices"] = []
         m["url"] = local_url(m["listen"], m["port"]) if m["port"] else None
 
     names = [m["name"] for m in resolved]

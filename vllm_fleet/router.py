@@ -22,8 +22,9 @@ def haproxy_name(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
-def served_models(host_vars: dict) -> list[dict]:
-    """The enabled, resolved models of a fleet node (ports filled in as the node gets them)."""
+def served_models(host_vars: dict, host: str | None = None) -> list[dict]:
+    """The enabled, resolved models of fleet node `host` (ports filled in as the node gets them;
+    a model spanning nodes only on its head, where vllm serve runs)."""
     accelerator = host_vars.get("fleet_accelerator")
     if not isinstance(host_vars.get("fleet_models", []), list) or not isinstance(accelerator, dict):
         return []
@@ -32,7 +33,7 @@ def served_models(host_vars: dict) -> list[dict]:
         serve_defaults=host_vars.get("fleet_serve_defaults"), serve_env=host_vars.get("fleet_serve_env"),
         launch_profiles=host_vars.get("fleet_launch_profiles"), base_port=host_vars.get("fleet_serve_base_port"),
         listen=host_vars.get("fleet_serve_listen"), api_key=bool(host_vars.get("fleet_serve_api_key")),
-        unauthenticated=host_vars.get("fleet_serve_unauthenticated") is True)
+        unauthenticated=host_vars.get("fleet_serve_unauthenticated") is True, host=host)
     return [m for m in models if m.get("enabled") and isinstance(m.get("port"), int)]
 
 
@@ -60,7 +61,7 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
 
     `name` is a served model name; its servers are every fleet node serving it, in host order.
     """
-    served = {host: served_models(fleet_hosts[host]) for host in sorted(fleet_hosts)}
+    served = {host: served_models(fleet_hosts[host], host) for host in sorted(fleet_hosts)}
     out = []
     for entry in router_models or []:
         name = entry.get("name")

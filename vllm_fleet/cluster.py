@@ -1,0 +1,80 @@
+"""Ray clusters of models that span nodes (fleet_models[].span): what each member runs.
+
+The roles (roles/ray_cluster, roles/vllm_service) and validation share these, so that
+the address a member binds, its environment and its `ray start` command line are
+computed in one place. vLLM spans nodes on Ray's own cluster (`ray start`, then
+`vllm serve --distributed-executor-backend ray` on the head); nothing here launches
+engines itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Ray's resource for the vendor's devices when the contract names none.
+DEFAULT_RESOURCE = "GPU"
+
+
+def cluster_address(host: str, host_vars: dict) -> str:
+    """The address a node's Ray member binds and the other members reach it at:
+    fleet_cluster_address, else ansible_host, else the inventory name."""
+    return str(host_vars.get("fleet_cluster_address") or host_vars.get("ansible_host") or host)
+
+
+def member_env(cluster: dict | None, address: str, interface: str | None, visible_env: str | None,
+               devices: list[int], head_address: str, port: int) -> dict[str, str]:
+    """The environment of a member's Ray unit and of vllm serve on the head: the vendor's
+    cluster environment ({address} and {interface} filled in; a variable naming the
+    interface is left out when the node names none, so that the library picks one), the
+    model's devices as the vendor's visibility variable (Ray counts and hands out those),
+    RAY_ADDRESS (vLLM's ray.init joins the cluster there), and Ray's usage reporting off
+    (nodes reach nothing outside)."""
+    env: dict[str, str] = {}
+    for name, value in ((cluster or {}).get("env") or {}).items():
+        text = str(value)
+        if "{interface}" in text and not interface:
+            continue
+        env[name] = text.replace("{address}", address).replace("{interface}", interface or "")
+    if visible_env and devices:
+        env[visible_env] = ",".join(str(d) for d in devices)
+    env["RAY_ADDRESS"] = f"{head_address}:{port}"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return env
+
+
+def ray_start_argv(model: dict, ray: str, *, address: str, head_address: str, resource: str | None,
+                   temp_dir: str, num_cpus: int = 0, object_store_bytes: int = 0,
+                   extra: list[str] | None = None) -> list[str]:
+    """`ray start` of this member, in the foreground (--block) for systemd: the head on the
+    span's port, a worker joining it; bound to the member's address; the dashboard off;
+    the model's devices on this node declared as the vendor's Ray resource."""
+    span = model["span"]
+    devices = len(model.get("devices") or [])
+    resource = resource or DEFAULT_RESOURCE
+    argv = [ray, "start", "--block", f"--node-ip-address={address}", "--disable-usage-stats",
+            f"--temp-dir={temp_dir}"]
+    if span["role"] == "head":
+        argv += ["--head", f"--port={span['port']}", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={head_address}:{span['port']}"]
+    if resource == "GPU":
+        argv.append(f"--num-gpus={devices}")
+    else:
+        # JSON without spaces: systemd splits ExecStart= on them.
+        argv.append(f'--resources={{"{resource}":{devices}}}')
+    if num_cpus:
+        argv.append(f"--num-cpus={num_cpus}")
+    if object_store_bytes:
+        argv.append(f"--object-store-memory={object_store_bytes}")
+    return argv + list(extra or [])
+
+
+def gate_spec(model: dict, members: list[dict[str, Any]], resource: str | None, timeout: int,
+              delay: int = 2) -> dict:
+    """What the gate (roles/ray_cluster/files/vllm-fleet-ray-gate) waits for: every member
+    alive in the cluster with the model's devices as `resource`."""
+    span = model["span"]
+    head = next(m["address"] for m in members if m["host"] == span["head"])
+    return {"model": model["name"], "address": f"{head}:{span['port']}", "members": members,
+            "resource": resource or DEFAULT_RESOURCE, "per_node": len(model.get("devices") or []),
+            "timeout": timeout, "delay": delay}
