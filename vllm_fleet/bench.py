@@ -198,7 +198,7 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
                 raise BenchError(f"host {host}: {var} is a template, which bench does not render; "
                                  "give its value with -e or --secrets")
         own = {m.get("name"): m for m in hv.get("fleet_models") or [] if isinstance(m, dict)}
-        for model in router.served_models(hv):
+        for model in router.served_models(hv, host):
             if model.get("smoke") != "chat":
                 continue
             if only and model["name"] not in only and not set(model["served_model_name"]) & set(only):

@@ -551,7 +551,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
     rows: list[ModelStatus] = []
     keys: dict[int, str] = {}
     for host, host_vars in sorted(hosts.items()):
-        for model in router.served_models(host_vars):
+        for model in router.served_models(host_vars, host):
             direct = not router.unreachable_from("127.0.0.1", host, host_vars, model)
             address = router.node_address(host, host_vars, model) if direct else None
             url = (f"http://[{address}]:{model['port']}" if ":" in address else f"http://{address}:{model['port']}") \

@@ -58,7 +58,7 @@ def model_targets(fleet_hosts: dict[str, dict]) -> list[dict]:
     for host in sorted(fleet_hosts):
         host_vars = fleet_hosts[host]
         vendor = (host_vars.get("fleet_accelerator") or {}).get("vendor", "")
-        for model in served_models(host_vars):
+        for model in served_models(host_vars, host):
             out.append({
                 "job": f"vllm_{safe_name(host)}_{safe_name(model['name'])}",
                 "node": host, "model": model["name"], "served_model_name": model["served_model_name"][0],
@@ -86,7 +86,7 @@ def api_keys(fleet_hosts: dict[str, dict]) -> dict[str, str]:
     writes them with no_log and never shows them."""
     keys = {}
     for host in sorted(fleet_hosts):
-        for model in served_models(fleet_hosts[host]):
+        for model in served_models(fleet_hosts[host], host):
             if model.get("api_key"):
                 keys[credentials_file(host, model)] = api_key(fleet_hosts[host], model["name"])
     return keys

@@ -22,9 +22,10 @@ def haproxy_name(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
-def served_models(host_vars: dict, host: str | None = None) -> list[dict]:
+def served_models(host_vars: dict, host: str) -> list[dict]:
     """The enabled, resolved models of fleet node `host` (ports filled in as the node gets them;
-    a model spanning nodes only on its head, where vllm serve runs)."""
+    a model spanning nodes only on its head, where vllm serve runs: every reader of what a node
+    serves, the router, monitoring, status and bench, asks with the host's name)."""
     accelerator = host_vars.get("fleet_accelerator")
     if not isinstance(host_vars.get("fleet_models", []), list) or not isinstance(accelerator, dict):
         return []

@@ -998,7 +998,7 @@ def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict])
         address = str(host_vars.get("ansible_host", host))
         if isinstance(host_vars.get("ansible_port"), int):
             listeners[(address, host_vars["ansible_port"])] = f"the SSH port of {host}"
-        for model in router.served_models(host_vars):
+        for model in router.served_models(host_vars, host):
             listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
     everyone = {**fleet_hosts, **monitors}
     for host in sorted(monitors):
@@ -1013,7 +1013,7 @@ def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict])
                                      f"the SSH port of {host}")
         address = str(host_vars.get("ansible_host", host))
         for node in sorted(fleet_hosts):
-            for model in router.served_models(fleet_hosts[node]):
+            for model in router.served_models(fleet_hosts[node], node):
                 if node != host and router.unreachable_from(address, node, fleet_hosts[node], model):
                     problems.append(f"host {host}: monitoring cannot scrape model {model['name']} of {node}: it listens "
                                     f"on {model['listen']} only (loopback), which {host} at {address} cannot reach; "

@@ -53,7 +53,7 @@ def test_every_model_of_every_node_is_a_target_where_the_router_would_reach_it()
     targets = monitoring.model_targets(hosts)
     from vllm_fleet.router import served_models
 
-    expected = [(h, m["name"], m["port"]) for h in sorted(hosts) for m in served_models(hosts[h])]
+    expected = [(h, m["name"], m["port"]) for h in sorted(hosts) for m in served_models(hosts[h], h)]
     assert [(t["node"], t["model"], int(t["address"].rsplit(":", 1)[1])) for t in targets] == expected
     nvidia = [t for t in targets if t["node"] == "nvidia-01"]
     assert nvidia[0]["address"].startswith("192.0.2.41:") and nvidia[0]["vendor"] == "nvidia"

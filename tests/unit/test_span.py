@@ -259,3 +259,13 @@ def test_a_router_sends_a_spanning_model_to_its_head_only(fleet, example):
     third["ansible_host"] = "192.0.2.43"
     (backend,) = router.backends([{"name": "big-moe", "port": 9000}], {**fleet, "nvidia-03": third})
     assert [(s["host"], s["port"]) for s in backend["servers"]] == [("nvidia-01", 8000)]
+
+
+def test_monitoring_status_and_bench_see_a_spanning_model_on_its_head_only(fleet):
+    """Every reader of what a node serves asks with the host's name: a worker runs no vllm serve,
+    so Prometheus must not scrape it (an engine-down alert for ever) nor status call it down."""
+    from vllm_fleet import monitoring, router
+
+    assert [m["name"] for m in router.served_models(fleet["nvidia-01"], "nvidia-01")] == ["big-moe"]
+    assert router.served_models(fleet["nvidia-02"], "nvidia-02") == []
+    assert [t["node"] for t in monitoring.model_targets(fleet)] == ["nvidia-01"]
