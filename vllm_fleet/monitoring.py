@@ -17,8 +17,6 @@ from vllm_fleet.router import node_address, served_models
 
 #: Prometheus job names and label values built from host and model names: letters, digits, `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-#: The node exporter's port unless a host sets monitoring_node_exporter_port (the role's default).
-DEFAULT_EXPORTER_PORT = 9100
 
 
 def safe_name(text: str) -> str:
@@ -69,15 +67,18 @@ def model_targets(fleet_hosts: dict[str, dict]) -> list[dict]:
     return out
 
 
-def exporter_port(host_vars: dict, default: int = DEFAULT_EXPORTER_PORT) -> int:
+def exporter_port(host_vars: dict) -> int:
+    """The host's node exporter port: its own monitoring_node_exporter_port, else the role's default."""
+    from vllm_fleet.validation import role_default
+
     port = host_vars.get("monitoring_node_exporter_port")
-    return port if isinstance(port, int) and not isinstance(port, bool) else default
+    return port if isinstance(port, int) and not isinstance(port, bool) else role_default("monitoring_node_exporter_port")
 
 
-def node_targets(hosts: dict[str, dict], default_port: int = DEFAULT_EXPORTER_PORT) -> list[dict]:
+def node_targets(hosts: dict[str, dict]) -> list[dict]:
     """Every node's exporter (fleet nodes and monitoring hosts): {node, vendor, address}."""
     return [{"node": host, "vendor": (hosts[host].get("fleet_accelerator") or {}).get("vendor", ""),
-             "address": f"{_url_host(_host_address(host, hosts[host]))}:{exporter_port(hosts[host], default_port)}"}
+             "address": f"{_url_host(_host_address(host, hosts[host]))}:{exporter_port(hosts[host])}"}
             for host in sorted(hosts)]
 
 

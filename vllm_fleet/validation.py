@@ -157,6 +157,12 @@ def role_options() -> dict[str, tuple[str, dict]]:
     return options
 
 
+def role_default(name: str):
+    """A role option's default, from its argument spec (which tests/unit/test_roles.py keeps equal
+    to the role's defaults/main.yml): Python that needs it reads it here, never a copy."""
+    return role_options()[name][1].get("default")
+
+
 def role_variable_problems(host_vars: dict) -> list[str]:
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
@@ -925,6 +931,21 @@ for _vendor in vendors.VENDORS:
 
 # ---- the router (roles/router): one endpoint per model served by several nodes
 
+def _fleet_listeners(fleet_hosts: dict[str, dict]) -> dict[tuple[str, int], str]:
+    """(address, port) -> what listens there, on every fleet node: its SSH port and each model it
+    serves; the router's and the monitoring host's ports must not be one of them."""
+    from vllm_fleet import router
+
+    listeners: dict[tuple[str, int], str] = {}
+    for host in sorted(fleet_hosts):
+        host_vars = fleet_hosts[host]
+        if isinstance(host_vars.get("ansible_port"), int):
+            listeners[(str(host_vars.get("ansible_host", host)), host_vars["ansible_port"])] = f"the SSH port of {host}"
+        for model in router.served_models(host_vars, host):
+            listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
+    return listeners
+
+
 def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> list[str]:
     """Problems of the router hosts: their role variables, an entry naming a model no fleet node
     serves (`fleet_hosts`: every fleet node of the inventory, not only those of the run), and a
@@ -933,16 +954,11 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
 
     problems: list[str] = []
     served: dict[str, list[str]] = {}
-    listeners: dict[tuple[str, int], str] = {}
+    listeners = _fleet_listeners(fleet_hosts)
     for host in sorted(fleet_hosts):
-        host_vars = fleet_hosts[host]
-        address = str(host_vars.get("ansible_host", host))
-        if isinstance(host_vars.get("ansible_port"), int):
-            listeners[(address, host_vars["ansible_port"])] = f"the SSH port of {host}"
-        for model in router.served_models(host_vars, host):
+        for model in router.served_models(fleet_hosts[host], host):
             for name in model["served_model_name"]:
                 served.setdefault(name, []).append(host)
-            listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
     for host in sorted(routers):
         host_vars = routers[host]
         own = role_variable_problems(host_vars)
@@ -992,14 +1008,7 @@ def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict])
     from vllm_fleet import monitoring, router
 
     problems: list[str] = []
-    listeners: dict[tuple[str, int], str] = {}
-    for host in sorted(fleet_hosts):
-        host_vars = fleet_hosts[host]
-        address = str(host_vars.get("ansible_host", host))
-        if isinstance(host_vars.get("ansible_port"), int):
-            listeners[(address, host_vars["ansible_port"])] = f"the SSH port of {host}"
-        for model in router.served_models(host_vars, host):
-            listeners[(router.node_address(host, host_vars, model), model["port"])] = f"model {model['name']} of {host}"
+    listeners = _fleet_listeners(fleet_hosts)
     everyone = {**fleet_hosts, **monitors}
     for host in sorted(monitors):
         host_vars = monitors[host]
@@ -1023,8 +1032,9 @@ def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict])
         host_vars = everyone[host]
         address = str(host_vars.get("ansible_host", host))
         wanted = [("monitoring_node_exporter_port", monitoring.exporter_port(host_vars), "its node exporter")]
-        if host in monitors and isinstance(host_vars.get("monitoring_prometheus_port", 9090), int):
-            wanted.append(("monitoring_prometheus_port", host_vars.get("monitoring_prometheus_port", 9090), "Prometheus"))
+        prometheus_port = host_vars.get("monitoring_prometheus_port", role_default("monitoring_prometheus_port"))
+        if host in monitors and isinstance(prometheus_port, int):
+            wanted.append(("monitoring_prometheus_port", prometheus_port, "Prometheus"))
         for name, port, what in wanted:
             key = (address, port)
             if key in listeners:

@@ -77,7 +77,7 @@ def test_keys_are_the_models_own_else_the_groups_and_none_without_one():
 
 def test_node_exporters_at_the_hosts_port_else_the_roles_default():
     defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-    assert monitoring.DEFAULT_EXPORTER_PORT == defaults["monitoring_node_exporter_port"]
+    assert monitoring.exporter_port({}) == defaults["monitoring_node_exporter_port"]
     hosts = fleet()
     hosts["cpu-01"]["monitoring_node_exporter_port"] = 9200
     nodes = {n["node"]: n["address"] for n in monitoring.node_targets(hosts)}
