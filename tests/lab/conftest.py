@@ -3,8 +3,10 @@ disturbs the lab a person uses (`vllm-fleet lab up` with the default name)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,23 @@ def changed_tasks(stdout: str) -> dict[str, list[str]]:
             host = line[len("changed: ["):].split("]")[0].split(" -> ")[0]
             out.setdefault(host, []).append(task)
     return out
+
+
+def chat_completion(port: int, model: str, timeout: float = 30) -> dict:
+    """One short chat completion from `model` at 127.0.0.1:`port` (a node's engine or a router)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "who are you"}],
+                       "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        assert answer.status == 200
+        return json.loads(answer.read())
+
+
+def answer_text(answer: dict) -> str:
+    """What the model said: gpt-oss reasons first (harmony's analysis channel), so a short
+    answer may be reasoning only."""
+    message = answer["choices"][0]["message"]
+    text = message.get("content") or message.get("reasoning_content") or ""
+    assert text, message
+    return text

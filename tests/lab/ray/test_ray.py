@@ -16,18 +16,16 @@ node, before it serves, and ends when a node is lost.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.lab.conftest import changed_tasks, recap
+from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "ray"
@@ -96,15 +94,7 @@ def on_node(lab_api, node: str, command: str) -> str:
 def chat(lab_api) -> str:
     """A chat completion from the model through the head, at the port its unit serves on."""
     port = int(yaml.safe_load((INVENTORY / "host_vars" / f"{HEAD}.yml").read_text())["fleet_serve_base_port"])
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
-                       "max_tokens": 8}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        message = json.loads(answer.read())["choices"][0]["message"]
-    text = message.get("content") or message.get("reasoning_content")
-    assert text, message
-    return text
+    return answer_text(chat_completion(port, MODEL))
 
 
 def test_model_spanning_two_nodes(lab, tmp_path):

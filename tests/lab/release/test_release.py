@@ -12,18 +12,16 @@ its environment in place (no releases)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.lab.conftest import changed_tasks, recap
+from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
 from vllm_fleet.release import vendor_release_id
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,16 +103,7 @@ def chat(lab_api) -> str:
     """A chat completion from the model, at the port its unit serves on."""
     unit = on_node(lab_api, f"cat /etc/systemd/system/{UNIT}.service")
     port = int(re.search(r"^# on port (\d+),", unit, re.M).group(1))
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
-                       "max_tokens": 8}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        message = json.loads(answer.read())["choices"][0]["message"]
-    # gpt-oss reasons first (harmony's analysis channel): a short answer may be reasoning only.
-    text = message.get("content") or message.get("reasoning_content")
-    assert text, message
-    return text
+    return answer_text(chat_completion(port, MODEL))
 
 
 def web_requests(lab_api) -> list[str]:

@@ -11,17 +11,15 @@ its LoRA adapters). Which node answered is read from each node's engine access l
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.lab.conftest import recap
+from tests.lab.conftest import chat_completion, recap
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "router"
@@ -98,21 +96,8 @@ def routed():
         lab_api.down(LAB, log=lambda m: None)
 
 
-def answer_text(answer: dict) -> str:
-    """What the model said: gpt-oss reasons first (harmony's analysis channel), so a short
-    answer may be reasoning only."""
-    message = answer["choices"][0]["message"]
-    return message.get("content") or message.get("reasoning_content") or ""
-
-
 def chat(port: int, timeout: float = 30) -> dict:
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
-                       "max_tokens": 8}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        assert answer.status == 200
-        return json.loads(answer.read())
+    return chat_completion(port, MODEL, timeout)
 
 
 def answered(lab_api) -> dict[str, int]:

@@ -8,7 +8,8 @@ import time
 import urllib.request
 
 from tests.lab.conftest import recap
-from tests.lab.router.conftest import (LAB, MODEL, ROUTER, UNIT, answer_text, answered, chat, delta, playbook,
+from tests.lab.conftest import answer_text
+from tests.lab.router.conftest import (LAB, MODEL, ROUTER, UNIT, answered, chat, delta, playbook,
                                        server_status, wait_status)
 
 
