@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,19 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
 GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes", "nvidia-01": "nvidia-nodes",
             "cpu-01": "cpu-nodes"}
+
+
+# A playbook that takes 50 s on an idle machine takes several minutes while CI's labs share
+# its two cores; the limit only catches a run that hangs.
+PLAYBOOK_TIMEOUT = 1200
+
+
+def ansible_playbook(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """ansible-playbook from the project's venv, run from the repository root with its
+    ansible.cfg (as a user would), output captured; `env` adds to the environment."""
+    full_env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **(env or {})}
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), *args], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT)
 
 
 def load_group_vars(inventory: Path, group: str) -> dict:

@@ -38,7 +38,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vllm_fleet import PROJECT_DIR, router
 from vllm_fleet.api import scrub

@@ -19,7 +19,6 @@ import ipaddress
 import json
 import re
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable
 
 import jsonschema

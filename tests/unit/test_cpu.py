@@ -14,9 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import ROOT, example_hosts, lab_host_vars
+from tests.conftest import example_hosts, lab_host_vars
 from vllm_fleet import vendors
 from vllm_fleet.lab import artifacts, cpu, inventory
 from vllm_fleet.lab.nodes import Node

@@ -20,7 +20,7 @@ import yaml
 
 import ansible.module_utils
 
-from tests.conftest import example_hosts
+from tests.conftest import ansible_playbook, example_hosts
 from tests.systemd_syntax import exec_start
 from vllm_fleet.models import resolve_models
 from vllm_fleet.render import serve_argv
@@ -168,10 +168,8 @@ def test_container_mode_needs_the_image_and_fetchable_overlays(metax):
 
 def plan(tmp_path: Path, *extra: str) -> Path:
     out = tmp_path / "plan"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventories/example",
-                           "playbooks/plan.yml", "-l", "metax-nodes", "-e", f"plan_dir={out}", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = ansible_playbook("-i", "inventories/example", "playbooks/plan.yml", "-l", "metax-nodes",
+                            "-e", f"plan_dir={out}", *extra)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return out / "metax-01"
 

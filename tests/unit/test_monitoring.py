@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import example_hosts
+from tests.conftest import ansible_playbook, example_hosts
 from vllm_fleet import monitoring
 from vllm_fleet.validation import monitoring_problems
 
@@ -155,11 +155,9 @@ def rendered(tmp_path_factory):
         dest: {tmp_path}/prometheus.yml
         mode: "0644"
 """)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(_inventory(tmp_path)), str(book),
-                           "-e", json.dumps({"_monitoring_credentials_dir": f"{tmp_path}/keys",
-                                             "_monitoring_rules": f"{tmp_path}/vllm-fleet.rules.yml"})],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = ansible_playbook("-i", str(_inventory(tmp_path)), str(book),
+                            "-e", json.dumps({"_monitoring_credentials_dir": f"{tmp_path}/keys",
+                                              "_monitoring_rules": f"{tmp_path}/vllm-fleet.rules.yml"}))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert KEY not in proc.stdout + proc.stderr and OWN_KEY not in proc.stdout + proc.stderr
     return tmp_path

@@ -3,8 +3,6 @@ install, rendered by the roles' own templates without contacting any node."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,17 +10,14 @@ import pytest
 from tests.systemd_syntax import exec_start, split_exec
 from vllm_fleet import render
 from vllm_fleet.models import resolve_models
-from tests.conftest import example_hosts
+from tests.conftest import ansible_playbook, example_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan(tmp_path: Path, *extra: str) -> Path:
     out = tmp_path / "plan"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventories/example",
-                           "playbooks/plan.yml", "-e", f"plan_dir={out}", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = ansible_playbook("-i", "inventories/example", "playbooks/plan.yml", "-e", f"plan_dir={out}", *extra)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return out
 

@@ -6,12 +6,13 @@ installed; a complete one is left alone."""
 from __future__ import annotations
 
 import ensurepip
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from tests.conftest import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 # The pip that ensurepip installs, pinned as the venv's package: installing it needs no index.
@@ -27,10 +28,8 @@ def run_role(tmp_path: Path, venv: Path) -> subprocess.CompletedProcess:
         "roles": [{"role": "python_env", "python_env_path": str(venv), "python_env_interpreter": sys.executable,
                    "python_env_packages": [PIP]}],
     }]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return ansible_playbook("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+                            str(playbook))
 
 
 def changed(proc: subprocess.CompletedProcess) -> int:

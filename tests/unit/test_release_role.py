@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.conftest import ansible_playbook
 from vllm_fleet.release import vendor_release_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,10 +34,8 @@ def run(tmp_path: Path, version: str, tasks: list[dict], keep: int = 2) -> subpr
         "tasks": tasks + [{"name": "Save the state", "ansible.builtin.copy": {
             "content": "{{ fleet_release_state | to_json }}", "dest": str(tmp_path / "state.json"), "mode": "0644"}}],
     }]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return ansible_playbook("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+                            str(playbook))
 
 
 # What a converge does around the role: the vendor's role installs into the release's

@@ -5,13 +5,11 @@ which routers a node is drained on. The batches, drains and rescues themselves r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import example_hosts
+from tests.conftest import ansible_playbook, example_hosts
 from tests.unit.test_router import _inventory
 from vllm_fleet import api, cli, router
 
@@ -43,10 +41,7 @@ def test_the_filter_finds_the_routes_from_the_inventory(tmp_path):
         msg: "ROUTES {{ hostvars | fleet_router_routes(inventory_hostname) | map(attribute='router') | list }}
           {{ hostvars | fleet_router_routes(inventory_hostname) | map(attribute='model') | list }}"
 """)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins")}
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), str(book)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = ansible_playbook("-i", str(inventory), str(book), env={"ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "ROUTES ['router-01'] ['gpt-oss-20b']" in proc.stdout
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import example_hosts
+from tests.conftest import ansible_playbook, example_hosts
 from vllm_fleet import router
 from vllm_fleet.validation import router_problems
 
@@ -147,11 +146,9 @@ def _inventory(tmp_path: Path) -> Path:
 def _playbook(tmp_path: Path, inventory: Path, text: str) -> subprocess.CompletedProcess:
     book = tmp_path / "play.yml"
     book.write_text(text)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
-           "ANSIBLE_LIBRARY": str(ROOT / "library"), "ANSIBLE_MODULE_UTILS": str(ROOT / "module_utils")}
-    return subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), str(book)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return ansible_playbook("-i", str(inventory), str(book), env={
+        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
+        "ANSIBLE_LIBRARY": str(ROOT / "library"), "ANSIBLE_MODULE_UTILS": str(ROOT / "module_utils")})
 
 
 def test_config_rendered_by_the_role_template(tmp_path):
@@ -195,9 +192,7 @@ def test_validate_play_checks_routers_against_the_whole_fleet(tmp_path):
     doc = yaml.safe_load(inventory.read_text())
     doc["all"]["children"]["router"]["hosts"]["router-01"]["router_models"][1]["name"] = "qwen3-6b"
     inventory.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), "playbooks/validate.yml",
-                           "-l", "router"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = ansible_playbook("-i", str(inventory), "playbooks/validate.yml", "-l", "router")
     assert proc.returncode != 0
     assert "host router-01: router_models[1].name = 'qwen3-6b': no fleet node serves" in proc.stdout
     assert "did you mean 'qwen3-0.6b'?" in proc.stdout

@@ -4,7 +4,6 @@ API key given as a secret reaches only the 0600 secret environment file."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import example_hosts
+from tests.conftest import ansible_playbook, example_hosts
 from tests.systemd_syntax import exec_start
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,10 +29,8 @@ def keyed_plan(tmp_path_factory):
     secrets = tmp / "secrets.yml"
     secrets.write_text(f"fleet_serve_api_key: {KEY}\n")
     out = tmp / "plan"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventories/example",
-                           "playbooks/plan.yml", "-e", f"plan_dir={out}", "-e", "fleet_serve_listen=0.0.0.0",
-                           "-e", f"@{secrets}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = ansible_playbook("-i", "inventories/example", "playbooks/plan.yml", "-e", f"plan_dir={out}",
+                            "-e", "fleet_serve_listen=0.0.0.0", "-e", f"@{secrets}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return out, proc.stdout + proc.stderr
 

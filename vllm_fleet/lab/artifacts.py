@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR, LabPaths
+from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR
 
 # Identity and date of every commit the lab makes, so commit ids never change.
 _GIT_ENV = {
@@ -124,7 +124,7 @@ def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str | b
     """
     dist = re.sub(r"[-_.]+", "_", name)
     info = f"{dist}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
             f"Summary: {summary or name + ' (vllm-fleet lab stand-in)'}"]
     meta += [f"Requires-Dist: {r}" for r in (requires or [])]
     entries: dict[str, bytes] = {p: (c.encode() if isinstance(c, str) else c) for p, c in files.items()}

@@ -22,7 +22,6 @@ import csv
 import fcntl
 import hashlib
 import io
-import os
 import re
 import shutil
 import subprocess

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vllm_fleet.lab.artifacts import fixture_module, published
+from vllm_fleet.lab.artifacts import fixture_module
 from vllm_fleet.lab.paths import FIXTURES_DIR, LabPaths
 
 BUILDER = FIXTURES_DIR / "installers" / "nvidia" / "build.py"

@@ -69,7 +69,7 @@ def interrupted(lab):
     cache_after_cut = lab.run(LAB, "ascend-01", f"ls -A {CACHE}")
     after = wait_back(lab, "ascend-02", before)
     # No ansible-playbook of the interrupted CLI run still at work on the node.
-    left = subprocess.run(["pgrep", "-f", f"ansible-playbook .*-l ascend-01"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", "ansible-playbook .*-l ascend-01"], capture_output=True, text=True).stdout
     start = time.monotonic()
     rerun = run_playbook("-l", "ascend-01,ascend-02")
     print(f"re-run of both nodes: {time.monotonic() - start:.0f} s")
