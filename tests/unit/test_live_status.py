@@ -237,10 +237,14 @@ def test_every_model_is_read_with_its_rate_unit_and_devices(fleet):
     assert 70 < qwen.tokens_per_s < 130 and 35 < gpt.tokens_per_s < 65 and 70 < bge.tokens_per_s < 130
     assert (qwen.device_health, gpt.device_health) == ("OK", "OK")
     assert result.exit_code == live_status.EXIT_OK and result.ok
-    # Every model read side by side (the node's model by the node, in the same moment): every
-    # engine's first /metrics read comes before any second one.
-    reads = [e.metrics_reads for e in fleet["engines"].values()]
+    # The controller reads its models side by side: every first /metrics read comes before any
+    # second one. The node reads its own model on its own clock (its reads wait for ssh, which
+    # on a loaded machine can take longer than the window), still a window apart.
+    engines = fleet["engines"]
+    reads = [engines[name].metrics_reads for name in ("qwen3", "gpt-oss")]
     assert all(len(r) == 2 for r in reads) and max(r[0] for r in reads) < min(r[1] for r in reads), reads
+    node_reads = engines["bge"].metrics_reads
+    assert len(node_reads) == 2 and node_reads[1] - node_reads[0] >= 0.9, node_reads
     text = str(result)
     assert text.splitlines()[0].split() == ["NODE", "MODEL", "UNIT", "STATE", "SINCE", "HEALTH", "RUN", "WAIT", "KV%",
                                             "TOK/S", "DEVICES"]
