@@ -29,6 +29,21 @@ def ansible_playbook(*args: str, env: dict | None = None) -> subprocess.Complete
                           capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT)
 
 
+def ansible_module(name: str, args: dict, check: bool = False, diff: bool = False) -> dict:
+    """One of the project's modules (library/) through the ansible CLI on localhost, as a role
+    runs it; returns its result (the JSON after "localhost | CHANGED =>", "| SUCCESS =>" or
+    "| FAILED! =>", whatever --diff prints after it left out)."""
+    import json
+    import sys
+
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+           "-e", f"ansible_python_interpreter={sys.executable}", "-m", name, "-a", json.dumps(args)]
+    proc = subprocess.run(cmd + (["--check"] if check else []) + (["--diff"] if diff else []), cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    assert " => " in proc.stdout, proc.stdout + proc.stderr
+    return json.JSONDecoder().raw_decode(proc.stdout.split(" => ", 1)[1])[0]
+
+
 def load_group_vars(inventory: Path, group: str) -> dict:
     merged: dict = {}
     for path in sorted((inventory / "group_vars" / group).glob("*.yml")):

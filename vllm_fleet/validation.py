@@ -945,6 +945,17 @@ def _fleet_listeners(fleet_hosts: dict[str, dict]) -> dict[tuple[str, int], str]
     return listeners
 
 
+def _claim_port(listeners: dict[tuple[str, int], str], address: str, port: int, who: str, where: str) -> list[str]:
+    """Give `port` on `address` to `who` in `listeners`, or the problem (said at `where`) when
+    something already listens there."""
+    key = (address, port)
+    if key in listeners:
+        return [f"{where}: port {port} on address {address} is already {listeners[key]}; "
+                "accepted: a port nothing else on that address listens on"]
+    listeners[key] = who
+    return []
+
+
 def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> list[str]:
     """Problems of the router hosts: their role variables, an entry naming a model no fleet node
     serves (`fleet_hosts`: every fleet node of the inventory, not only those of the run), and a
@@ -988,12 +999,8 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                     problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
                                     f"which the router at {address} cannot reach; accepted: a listen address the "
                                     f"router reaches (fleet_serve_listen or the model's listen, with an API key)")
-            key = (address, port)
-            if key in listeners:
-                problems.append(f"{where}.port = {port}: port {port} on address {address} is already "
-                                f"{listeners[key]}; accepted: a port nothing else on that address listens on")
-            else:
-                listeners[key] = f"the router port of {name!r} on {host}"
+            problems += _claim_port(listeners, address, port, f"the router port of {name!r} on {host}",
+                                    f"{where}.port = {port}")
     return problems
 
 
@@ -1035,12 +1042,7 @@ def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict])
         if host in monitors and isinstance(prometheus_port, int):
             wanted.append(("monitoring_prometheus_port", prometheus_port, "Prometheus"))
         for name, port, what in wanted:
-            key = (address, port)
-            if key in listeners:
-                problems.append(f"host {host}: {name} = {port}: port {port} on address {address} is already "
-                                f"{listeners[key]}; accepted: a port nothing else on that address listens on")
-            else:
-                listeners[key] = f"{what} of {host}"
+            problems += _claim_port(listeners, address, port, f"{what} of {host}", f"host {host}: {name} = {port}")
     return problems
 
 

@@ -65,6 +65,13 @@ def group_vars(group: str) -> dict:
     return merged
 
 
+def lab_env() -> dict:
+    """The environment of an ansible-playbook or vllm-fleet run against a test lab: the
+    project's ansible.cfg, plain output."""
+    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
+
+
 def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
                  overrides: Path | None = None) -> subprocess.CompletedProcess:
     """ansible-playbook against the test lab, from the project root like a user would."""
@@ -72,9 +79,7 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
     if overrides:
         cmd += ["-i", str(overrides)]
     cmd += [playbook, *args]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_DEPRECATION_WARNINGS": "0"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=ROOT, env=lab_env(), capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     return proc

@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ansible_module
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent
 
 
 def run_module(args: dict, check: bool = False, diff: bool = False) -> dict:
-    cmd = [str(ANSIBLE_BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-           "-e", f"ansible_python_interpreter={sys.executable}", "-m", "fleet_files", "-a", json.dumps(args)]
-    proc = subprocess.run(cmd + (["--check"] if check else []) + (["--diff"] if diff else []), cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C.UTF-8"})
-    return json.loads(proc.stdout.split(" => ", 1)[1].split("\n}\n", 1)[0] + "\n}")
+    return ansible_module("fleet_files", args, check=check, diff=diff)
 
 
 def me() -> str:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ansible_module
+
 import ansible.module_utils
 
 REPO = Path(__file__).resolve().parents[2]
@@ -272,12 +274,7 @@ def test_a_failure_half_way_rolls_back(env):
 
 def run_module(args: dict, check: bool = False) -> dict:
     """fleet_overlay through the ansible CLI on localhost, as a role runs it."""
-    cmd = [str(ANSIBLE_BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-           "-e", f"ansible_python_interpreter={sys.executable}", "-m", "fleet_overlay", "-a", json.dumps(args)]
-    proc = subprocess.run(cmd + (["--check"] if check else []), cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "LC_ALL": "C.UTF-8"})
-    # "localhost | CHANGED => {...}", "| SUCCESS =>" or "| FAILED! =>"
-    return json.loads(proc.stdout.split(" => ", 1)[1])
+    return ansible_module("fleet_overlay", args, check=check)
 
 
 def test_module_end_to_end(env):

@@ -4,10 +4,11 @@ call reads the release directories, the complete ones, where current points and 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.conftest import ansible_module
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent
@@ -17,12 +18,7 @@ MARKER = ".vllm-fleet-release.json"
 def run_module(base: Path, check: bool = False) -> dict:
     args = {"releases_dir": str(base / "releases"), "marker": MARKER, "current": str(base / "current"),
             "history": str(base / "releases" / "history")}
-    cmd = [str(ANSIBLE_BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-           "-e", f"ansible_python_interpreter={sys.executable}", "-m", "fleet_releases", "-a", json.dumps(args)]
-    proc = subprocess.run(cmd + (["--check"] if check else []), cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "LC_ALL": "C.UTF-8"})
-    assert " => " in proc.stdout, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.split(" => ", 1)[1].split("\n}\n", 1)[0] + "\n}")
+    return ansible_module("fleet_releases", args, check=check)
 
 
 def test_a_node_without_releases_reads_empty(tmp_path):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import lab_env as env
+
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "faults"
 INVENTORY = ROOT / ".cache" / "faults" / "inventory"
@@ -49,11 +51,6 @@ def faults(lab):
     """Set the web server's faults for one test; none are left behind."""
     yield lambda mapping: lab.set_faults(LAB, mapping)
     lab.set_faults(LAB, {})
-
-
-def env() -> dict:
-    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
 
 
 def playbook_cmd(*args: str, playbook: str = "site.yml") -> list[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
+from tests.lab.conftest import lab_env as env, answer_text, changed_tasks, chat_completion, recap
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "ray"
@@ -35,11 +35,6 @@ HEAD, WORKER = "nvidia-01", "nvidia-02"
 MODEL = "gpt-oss-20b"
 RAY_UNIT = f"ray-{MODEL}"
 UNIT = f"vllm-{MODEL}"
-
-
-def env() -> dict:
-    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
 
 
 def playbook(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
+from tests.lab.conftest import lab_env as env, answer_text, changed_tasks, chat_completion, recap
 from vllm_fleet.release import vendor_release_id
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,11 +32,6 @@ NODE = "nvidia-01"
 MODEL = "gpt-oss-20b"
 UNIT = f"vllm-{MODEL}"
 BASE = "/opt/vllm-fleet"
-
-
-def env() -> dict:
-    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
 
 
 def converge() -> tuple[subprocess.CompletedProcess, float]:

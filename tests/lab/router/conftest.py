@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import chat_completion, recap
+from tests.lab.conftest import lab_env as env, chat_completion, recap
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "router"
@@ -30,11 +30,6 @@ UNIT = f"vllm-{MODEL}"
 NODES = ("nvidia-01", "nvidia-02")
 ROUTER = "router-01"
 BASE = "/opt/vllm-fleet"
-
-
-def env() -> dict:
-    return {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
 
 
 def playbook(*args: str, playbook: str = "site.yml") -> subprocess.CompletedProcess:
