@@ -34,28 +34,13 @@ def _plain(value):
 
 
 def fleet_inventory_problems(hostvars, hosts):
-    """Every problem of the inventory for `hosts` (names), as sentences; [] if valid."""
+    """Every problem of the inventory for `hosts` (names), as sentences; [] if valid
+    (vllm_fleet.validation.validate_inventory, over every host's variables that validation reads)."""
     from vllm_fleet import validation
 
-    collected = {host: _validated_vars(hostvars, host) for host in hosts}
-    # Hosts of the router group alone are no fleet nodes (no accelerator, no models):
-    # only the router's rules apply to them, against every fleet node of the inventory
-    # (not only those of the run: `-l router` must still know what the fleet serves).
-    routers = {h: v for h, v in collected.items() if _router_only(v)}
-    # Monitoring hosts alike (roles/monitoring); a fleet node may also be one.
-    monitors = {h: v for h, v in collected.items() if "monitoring" in (v.get("group_names") or [])}
     try:
-        # Every fleet node of the inventory: the members of a spanning model and the
-        # servers of a router or targets of a monitoring host need not all be in the run.
-        fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
-                 if "fleet" in (hostvars[h].get("group_names") or [])}
-        problems = validation.validate_hosts({h: v for h, v in collected.items()
-                                              if h not in routers and not _monitoring_only(v)}, fleet)
-        if routers:
-            problems += validation.router_problems(routers, fleet)
-        if monitors:
-            problems += validation.monitoring_problems(monitors, fleet)
-        return problems
+        return validation.validate_inventory({h: _validated_vars(hostvars, h) for h in hostvars.keys()},
+                                             [str(h) for h in hosts])
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
 
@@ -65,20 +50,9 @@ def _validated_vars(hostvars, host):
     from vllm_fleet import validation
 
     hv = hostvars[host]
-    wanted = set(validation.fleet_variables()) | set(validation.role_options())
-    wanted |= {"ansible_host", "ansible_port", "group_names"}
+    wanted = set(validation.fleet_variables()) | set(validation.role_options()) | set(validation.CONNECTION_VARIABLES)
     names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
     return {k: _plain(hv[k]) for k in names}
-
-
-def _router_only(host_vars):
-    groups = host_vars.get("group_names") or []
-    return "router" in groups and "fleet" not in groups
-
-
-def _monitoring_only(host_vars):
-    groups = host_vars.get("group_names") or []
-    return "monitoring" in groups and "fleet" not in groups
 
 
 def _fleet_and_monitoring(hostvars):

@@ -1179,6 +1179,42 @@ def span_problems(hosts: dict[str, dict], inventory: dict[str, dict] | None = No
     return problems
 
 
+#: Host variables besides fleet_* and role variables that validation reads: where and as whom
+#: Ansible connects, and the host's groups.
+CONNECTION_VARIABLES = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_user", "remote_user",
+                        "group_names")
+
+
+def _groups(host_vars: dict) -> set[str]:
+    return set(host_vars.get("group_names") or [])
+
+
+def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list[str]:
+    """Every problem of the inventory for the hosts of a run, as sentences; [] if valid.
+
+    `all_hosts`: every host of the inventory -> its variables (plain values); `run_hosts`: the
+    hosts of the run (after -l). Hosts of the router group alone are no fleet nodes (no
+    accelerator, no models): only the router's rules apply to them, against every fleet node
+    of the inventory (not only those of the run: `-l router` must still know what the fleet
+    serves). Monitoring hosts alike; a fleet node may also be one.
+    """
+    if not run_hosts:
+        return ["no host of the inventory is in this run (the inventory has no hosts, or -l/--limit matches none); "
+                "accepted: hosts in the groups fleet, router or monitoring"]
+    collected = {h: all_hosts[h] for h in run_hosts}
+    fleet = {h: v for h, v in all_hosts.items() if "fleet" in _groups(v)}
+    routers = {h: v for h, v in collected.items() if "router" in _groups(v) and "fleet" not in _groups(v)}
+    monitors = {h: v for h, v in collected.items() if "monitoring" in _groups(v)}
+    problems = validate_hosts({h: v for h, v in collected.items()
+                               if h not in routers and not ("monitoring" in _groups(v) and "fleet" not in _groups(v))},
+                              fleet)
+    if routers:
+        problems += router_problems(routers, fleet)
+    if monitors:
+        problems += monitoring_problems(monitors, fleet)
+    return problems
+
+
 def validate_hosts(hosts: dict[str, dict], inventory: dict[str, dict] | None = None) -> list[str]:
     """Every problem of every host, plus those between hosts; [] when the inventory is valid.
     `inventory`: every fleet host, for the rules of spanning models (default: `hosts`)."""
