@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from vllm_fleet import PROJECT_DIR
+from vllm_fleet import secrets as secrets_mod
 
 EXIT_OK = 0
 EXIT_FAILED = 2
@@ -39,7 +40,7 @@ EXIT_UNREACHABLE = 3
 EXIT_INVALID_INVENTORY = 4
 #: The run was interrupted (Ctrl-C): the shell's 128 + SIGINT.
 EXIT_INTERRUPTED = 130
-MASK = "********"
+MASK = secrets_mod.MASK
 
 EventHandler = Callable[[dict], Any]
 
@@ -222,62 +223,32 @@ def components_table(components: dict[str, list[dict]]) -> list[str]:
 # ------------------------------------------------------------------ secrets
 
 def _secret_values(secrets: dict | None) -> list[str]:
-    """Every string inside `secrets`, longest first (so a secret containing another is masked whole)."""
-    found: list[str] = []
-
-    def walk(value):
-        if isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-        elif value is not None and str(value) and len(str(value)) >= 4:
-            found.append(str(value))
-
-    walk(secrets or {})
-    return sorted(set(found), key=len, reverse=True)
+    """Every value inside `secrets` (all of them are secret), longest first."""
+    return secrets_mod.secret_values(secrets or {}, secret=True)
 
 
 def _environment_secrets() -> list[str]:
-    """Values of environment variables named like secrets (the one rule: validation.SECRET_NAME)."""
-    from vllm_fleet.validation import SECRET_NAME  # noqa: PLC0415 - jsonschema only when a run starts
-
-    return [v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 4]
+    """Values of environment variables named like secrets (the one rule: vllm_fleet.secrets.SECRET_NAME)."""
+    return [v for k, v in os.environ.items()
+            if secrets_mod.SECRET_NAME.search(k) and len(v.strip()) >= secrets_mod.MIN_MASKED_LENGTH]
 
 
 def scrub(value: Any, secrets: Iterable[str]) -> Any:
-    """`value` with every occurrence of a secret replaced by the mask (deeply, in place for containers)."""
-    secrets = list(secrets)
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, MASK)
-        return value
-    if isinstance(value, dict):
-        for k in list(value):
-            value[k] = scrub(value[k], secrets)
-        return value
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            value[i] = scrub(v, secrets)
-        return value
-    return value
+    """`value` with every printed form of a secret masked (vllm_fleet.secrets.scrub)."""
+    return secrets_mod.scrub(value, secrets)
 
 
 def scrub_tree(root: Path, secrets: Iterable[str]) -> None:
-    """Mask secrets in every file under root (defence in depth behind no_log and event scrubbing)."""
-    secrets = [s.encode() for s in secrets]
+    """Mask secrets, in every printed form, in every file under root (defence in depth behind
+    no_log and event scrubbing)."""
+    secrets = list(secrets)
     if not secrets:
         return
     for path in root.rglob("*"):
         if not path.is_file() or path.is_symlink():
             continue
         data = path.read_bytes()
-        cleaned = data
-        for s in secrets:
-            cleaned = cleaned.replace(s, MASK.encode())
+        cleaned = secrets_mod.scrub_bytes(data, secrets)
         if cleaned != data:
             path.write_bytes(cleaned)
 

@@ -58,7 +58,9 @@ def access(model: dict, listen: Any = None, api_key: bool = False, unauthenticat
         valid = False
     secret = model.get("secret_env") if isinstance(model.get("secret_env"), dict) else {}
     own_open = model.get("unauthenticated")
-    return {"listen": address, "valid": valid, "api_key": bool(api_key) or "VLLM_API_KEY" in secret,
+    # vLLM takes an empty (or blank) key as no key: the model would be open.
+    own_key = secret.get("VLLM_API_KEY")
+    return {"listen": address, "valid": valid, "api_key": bool(api_key) or bool(str(own_key or "").strip()),
             "unauthenticated": bool(unauthenticated if own_open is None else own_open)}
 
 

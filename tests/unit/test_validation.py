@@ -121,8 +121,8 @@ def test_same_address_and_port_across_hosts(example):
     example["metax-01"]["ansible_host"] = example["ascend-01"]["ansible_host"]
     example["metax-01"]["fleet_models"][0]["port"] = 8000
     problems = validate_hosts(example)
-    assert any("host metax-01: model gpt-oss-20b uses port 8000 on address 192.0.2.11, which host ascend-01: "
-               "model gpt-oss-120b already uses" in p for p in problems), problems
+    assert any("host metax-01: model gpt-oss-20b: port 8000: port 8000 on address 192.0.2.11 is already model "
+               "gpt-oss-120b of ascend-01" in p for p in problems), problems
 
 
 def test_ascend_graph_mode_needs_its_env(example):
@@ -149,7 +149,7 @@ def test_role_variable_type_is_checked(example):
     example["ascend-01"]["preflight_check_disk"] = "sometimes"
     (p,) = problems_for(example)
     assert p.startswith("host ascend-01: preflight_check_disk = 'sometimes' (a string):")
-    assert "bool" in p
+    assert "accepted: true or false, unquoted" in p
 
 
 def test_every_problem_of_every_host_is_reported_at_once(example):

@@ -44,7 +44,7 @@ def test_model_on_the_nodes_own_ssh_port_is_refused(example):
     example["nvidia-01"]["ansible_port"] = 2222
     example["nvidia-01"]["fleet_models"][0]["port"] = 2222
     (p,) = problems_for(example, "nvidia-01")
-    assert "model gpt-oss-20b: port 2222 is the node's own SSH port (ansible_port = 2222)" in p
+    assert "model gpt-oss-20b: port 2222 is the node's own SSH port (ansible_port = 2222)" in p, p
 
 
 def test_model_on_a_privileged_port_is_refused(example):
@@ -65,21 +65,37 @@ def test_base_port_below_1024_is_refused_through_the_models_it_gives(example):
 def test_dotdot_in_a_model_path_is_refused(example, path):
     example["nvidia-01"]["fleet_models"][0]["path"] = path
     (p,) = problems_for(example, "nvidia-01")
-    assert f"fleet_models[0].path = {path!r}: a path with '..'" in p
+    assert f"fleet_models[0].path = {path!r} (a string): has '..'" in p
 
 
 def test_dotdot_in_a_fleet_dir_is_refused(example):
     example["cpu-01"]["fleet_base_dir"] = "/opt/vllm-fleet/../../usr"
     (p,) = problems_for(example, "cpu-01")
-    assert "fleet_base_dir = '/opt/vllm-fleet/../../usr': a path with '..'" in p
+    assert "fleet_base_dir = '/opt/vllm-fleet/../../usr' (a string): has '..'" in p
 
 
 @pytest.mark.parametrize("var", ["fleet_models_dir", "fleet_base_dir"])
-@pytest.mark.parametrize("value", ["/", "/tmp", "/etc/", "/usr", "/var", "/home", "/root", "/opt", "/bin", "/usr/local"])
+@pytest.mark.parametrize("value", ["/", "/tmp", "/etc", "/usr", "/var", "/home", "/root", "/opt", "/bin", "/usr/local"])
 def test_fleet_dir_set_to_a_system_directory_is_refused(example, var, value):
     example["cpu-01"][var] = value
-    (p,) = problems_for(example, "cpu-01")
-    assert f"{var} = {value!r} is a system directory" in p
+    problems = problems_for(example, "cpu-01")
+    assert f"host cpu-01: {var} = {value!r} (a string): is a system directory" in problems[0]
+    # A model below a system directory taken as the models' or the fleet's is refused with it.
+    assert all("system directory" in p or "overlaps" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("value", ["/etc/", "/srv//models", "/srv/./models", "srv/models"])
+def test_a_path_not_in_normal_form_is_refused(example, value):
+    example["cpu-01"]["fleet_models_dir"] = value
+    problems = problems_for(example, "cpu-01")
+    assert f"fleet_models_dir = {value!r} (a string): is not" in problems[0], problems
+
+
+@pytest.mark.parametrize("value", ["/etc/vllm", "/usr/lib/models", "/proc/1", "/boot/x", "/root/.ssh/k"])
+def test_a_path_inside_a_system_tree_is_refused(example, value):
+    example["nvidia-01"]["fleet_models"][0]["path"] = value
+    (p,) = problems_for(example, "nvidia-01")
+    assert f"fleet_models[0].path = {value!r} (a string): lies inside" in p
 
 
 def test_the_seeds_models_dir_stays_valid(example):
@@ -94,7 +110,7 @@ def test_the_seeds_models_dir_stays_valid(example):
 def test_service_user_root_or_system_account_is_refused(example, user):
     example["cpu-01"]["fleet_service_user"] = user
     (p,) = problems_for(example, "cpu-01")
-    assert f"fleet_service_user = {user!r} is" in p and "e.g. 'vllm'" in p
+    assert f"fleet_service_user = {user!r} (a string): is" in p and "e.g. 'vllm'" in p
 
 
 def test_preflight_refuses_an_existing_login_user():
@@ -218,13 +234,13 @@ def test_broken_copy_of_the_example_is_refused_with_every_problem(inventory):
     text = "\n".join(result.problems)
     assert "host nvidia-01: is in the vendor groups metax-nodes and nvidia-nodes" in text
     assert "host musa-01: model " in text and "is the node's own SSH port (ansible_port = 2201)" in text
-    assert "host musa-01: fleet_service_user = 'root' is root" in text
+    assert "host musa-01: fleet_service_user = 'root' (a string): is root" in text
     assert "host musa-01: model_fetch_tokens = ******** (a string)" in text
     assert "host ascend-01: model gpt-oss-120b: port 443 is a privileged port" in text
-    assert "host ascend-01: fleet_models[0].path = '/home/models/../etc': a path with '..'" in text
+    assert "host ascend-01: fleet_models[0].path = '/home/models/../etc' (a string): has '..'" in text
     assert "host ascend-01: fleet_serve_env: environment variable SPACED" in text
-    assert "host metax-01: fleet_models_dir = '/tmp' is a system directory" in text
-    assert "host metax-01: fleet_base_dir = '/' is a system directory" in text
+    assert "host metax-01: fleet_models_dir = '/tmp' (a string): is a system directory" in text
+    assert "host metax-01: fleet_base_dir = '/' (a string): is a system directory" in text
     assert SECRET not in str(result) and SECRET not in str(result.to_dict())
     # The summary marks the hosts with problems, not the first host as failed.
     status = {h: r.status for h, r in result.hosts.items()}

@@ -1,0 +1,126 @@
+"""Secrets: which names hold one, which values are one, and masking them in every printed form.
+
+A pure helper at the bottom of the package (stdlib only): validation, the runner's
+results, events and artifacts, status and bench all mask through this one module, so a
+secret is recognised by one rule and hidden in every form a message may print it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable
+from urllib.parse import quote, quote_plus
+
+MASK = "********"
+
+#: Variables (and keys at any depth) whose values are secrets: never echoed in a message.
+_SECRET_WORDS = re.compile(r"(?<!tik)token(?!iz)|api_?key|access_?key|password|passwd|secret|credential|private_key", re.I)
+#: Names with "token" that count tokens (max_num_batched_tokens, ...) and are no secrets.
+_TOKEN_COUNTS = re.compile(r"max_|num_|_len|batched|budget|count", re.I)
+#: Secrets shorter than this are not masked by value (a two-letter value would mask every
+#: word containing it); they are refused as keys anyway (MIN_KEY_LENGTH).
+MIN_MASKED_LENGTH = 4
+#: The shortest API key accepted: shorter ones are guessed in minutes.
+MIN_KEY_LENGTH = 16
+
+
+class _SecretName:
+    """Matches names of secrets: *token*, *api_key*, *password*, *secret* (not tokenizer_*, *_tokens counts)."""
+
+    @staticmethod
+    def search(name: str) -> bool:
+        return bool(_SECRET_WORDS.search(name)) and not (
+            "token" in name.lower() and not re.search(r"api_?key|password|passwd|secret", name, re.I)
+            and _TOKEN_COUNTS.search(name))
+
+
+SECRET_NAME = _SecretName()
+
+
+def is_secret_path(parts: Iterable[Any]) -> bool:
+    """Whether a variable path (names and list indices) passes through a secret's name."""
+    return any(isinstance(p, str) and SECRET_NAME.search(p) for p in parts)
+
+
+def secret_values(tree: Any, secret: bool = False) -> list[str]:
+    """Every string (and number) under a key named like a secret, at any depth of `tree`
+    (or every one when `secret`), longest first so that a secret containing another is masked whole."""
+    found: set[str] = set()
+
+    def walk(value, inside: bool):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, inside or bool(SECRET_NAME.search(str(k))))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v, inside)
+        elif inside and value is not None and not isinstance(value, bool):
+            text = str(value)
+            if len(text.strip()) >= MIN_MASKED_LENGTH:
+                found.add(text)
+
+    walk(tree, secret)
+    return sorted(found, key=len, reverse=True)
+
+
+def printed_forms(secret: str) -> list[str]:
+    """The forms in which a message may print `secret`: raw, stripped, each of its lines,
+    inside repr() and json.dumps() quotes, URL-encoded; longest first."""
+    forms = {secret, secret.strip(), repr(secret)[1:-1], json.dumps(secret)[1:-1],
+             json.dumps(secret, ensure_ascii=False)[1:-1], quote(secret, safe=""), quote_plus(secret),
+             quote(secret)}
+    forms |= {line.strip() for line in secret.splitlines()}
+    return sorted((f for f in forms if len(f) >= MIN_MASKED_LENGTH), key=len, reverse=True)
+
+
+def all_forms(secrets: Iterable[str]) -> list[str]:
+    """printed_forms of every secret, longest first."""
+    return sorted({f for s in secrets for f in printed_forms(str(s))}, key=len, reverse=True)
+
+
+def mask_text(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every printed form of every secret replaced by MASK."""
+    for form in all_forms(secrets):
+        text = text.replace(form, MASK)
+    return text
+
+
+def scrub(value: Any, secrets: Iterable[str]) -> Any:
+    """`value` with every printed form of a secret masked, deeply (in place for containers)."""
+    forms = all_forms(secrets)
+    if not forms:
+        return value
+
+    def walk(v):
+        if isinstance(v, str):
+            for form in forms:
+                v = v.replace(form, MASK)
+            return v
+        if isinstance(v, dict):
+            for k in list(v):
+                v[k] = walk(v[k])
+            return v
+        if isinstance(v, list):
+            for i, item in enumerate(v):
+                v[i] = walk(item)
+            return v
+        return v
+
+    return walk(value)
+
+
+def scrub_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
+    """`data` (a file's bytes) with every printed form of a secret masked."""
+    for form in all_forms(secrets):
+        data = data.replace(form.encode(), MASK.encode())
+    return data
+
+
+#: user:password@ in a URL's authority.
+URL_CREDENTIALS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
+
+
+def url_has_credentials(value: Any) -> bool:
+    """Whether `value` is a URL carrying a password (scheme://user:password@host)."""
+    return isinstance(value, str) and bool(URL_CREDENTIALS.match(value.strip()))

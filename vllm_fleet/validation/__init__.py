@@ -1,0 +1,141 @@
+"""Validation of a whole inventory before any node is touched.
+
+`validate_inventory` takes the variables of every host and the hosts of a run, and returns
+every problem at once, each naming the host, the variable, the value and what would be
+accepted (vllm_fleet.validation.problem). The rules are organised by class of value, one
+module per class, each applied to every variable of its class wherever it sits:
+
+- strings (strings.py): no control or bidi characters in any value or key that may reach a
+  file or a command line;
+- types and numbers (types.py): role variables of their spec's type, strictly (a switch
+  given as a string is refused), every number in its range, derived ones included (ports.py);
+- ports (ports.py): one registry per address of everything that listens;
+- paths (paths.py): absolute, normal, outside the system's directories, not inside another's;
+- secrets (secrets.py): masked in every printed form, keys long enough, no credentials in URLs;
+- accounts (accounts.py): the service user is no account of the system or of the admin;
+- names (names.py): model, served and unit names of a safe character set and length;
+
+and by concern: the JSON Schema (schema.py), role argument specs (roles.py), `vllm serve`
+options against the pinned releases' parsers (serve.py), each vendor's rules
+(vendor_rules.py), the routers (router_hosts.py), monitoring (monitoring_hosts.py), models
+spanning nodes (span.py) and the matrix's placeholder checksums (matrix.py).
+"""
+
+from __future__ import annotations
+
+from vllm_fleet.models import node_devices, resolve_models
+from vllm_fleet.secrets import SECRET_NAME, secret_values
+from vllm_fleet.validation import accounts, names, paths, ports, secrets, strings
+from vllm_fleet.validation.matrix import placeholder_checksums
+from vllm_fleet.validation.monitoring_hosts import monitoring_problems
+from vllm_fleet.validation.roles import role_default, role_options, role_variable_problems
+from vllm_fleet.validation.router_hosts import router_problems
+from vllm_fleet.validation.schema import fleet_variables, host_document, schema, schema_problems
+from vllm_fleet.validation.secrets import mask_secrets
+from vllm_fleet.validation.serve import serve_option_problems, serve_options
+from vllm_fleet.validation.span import span_problems
+from vllm_fleet.validation.vendor_rules import VENDOR_RULES, vendor_group_problems
+
+__all__ = [
+    "CONNECTION_VARIABLES", "SECRET_NAME", "fleet_variables", "mask_secrets", "models_needing", "monitoring_problems",
+    "placeholder_checksums", "role_default", "role_options", "router_problems", "schema", "secret_values",
+    "serve_options", "span_problems", "validate_host", "validate_hosts", "validate_inventory",
+]
+
+#: Host variables besides fleet_* and role variables that validation reads: where and as whom
+#: Ansible connects, and the host's groups.
+CONNECTION_VARIABLES = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_user", "remote_user",
+                        "group_names")
+
+
+def _groups(host_vars: dict) -> set[str]:
+    groups = host_vars.get("group_names")
+    return set(groups) if isinstance(groups, list) else set()
+
+
+def _class_problems(host_vars: dict) -> list[str]:
+    """The rules by class of value, over every variable of the host (fleet_* and role variables;
+    role variables' types and numbers: role_variable_problems, through types.py)."""
+    problems = strings.control_character_problems(host_vars)
+    problems += paths.path_problems(host_vars)
+    problems += secrets.secret_problems(host_vars)
+    problems += accounts.account_problems(host_vars)
+    problems += names.name_problems(host_vars)
+    return problems
+
+
+def validate_host(host: str, host_vars: dict) -> tuple[list[str], list[dict]]:
+    """The problems of one fleet node (as sentences naming the host) and its resolved models."""
+    doc = host_document(host_vars)
+    problems = vendor_group_problems(host_vars)
+    problems += schema_problems(doc)
+    problems += role_variable_problems(host_vars)
+    problems += _class_problems(host_vars)
+    models: list[dict] = []
+    if isinstance(doc.get("fleet_models", []), list) and isinstance(doc.get("fleet_accelerator"), dict):
+        models, model_problems = resolve_models(
+            doc.get("fleet_models"), doc.get("fleet_accelerator"),
+            serve_defaults=doc.get("fleet_serve_defaults"), serve_env=doc.get("fleet_serve_env"),
+            launch_profiles=doc.get("fleet_launch_profiles"), base_port=doc.get("fleet_serve_base_port"),
+            host=host)
+        problems += model_problems
+        problems += paths.model_path_problems(host_vars, models)
+        vendor = doc["fleet_accelerator"].get("vendor")
+        active = [m for m in models if m["enabled"]]
+        for rule in VENDOR_RULES.get(vendor, []):
+            problems += rule(doc, active)
+        # Disabled models are judged like enabled ones: enabling one must not be the
+        # moment a bad flag is found.
+        problems += serve_option_problems(doc, models)
+    return [f"host {host}: {p}" for p in dict.fromkeys(mask_secrets(problems, secret_values(host_vars)))], models
+
+
+def validate_hosts(hosts: dict[str, dict], inventory: dict[str, dict] | None = None) -> list[str]:
+    """Every problem of every fleet node in `hosts`, plus those between hosts; [] when valid.
+    `inventory`: every fleet host, for the rules of spanning models (default: `hosts`)."""
+    problems: list[str] = []
+    resolved: dict[str, list[dict]] = {}
+    for host in sorted(hosts):
+        host_problems, resolved[host] = validate_host(host, hosts[host])
+        problems += host_problems
+    # Every host here is a fleet node, whatever groups the caller's dicts name.
+    problems += ports.listener_problems(ports.in_group({**(inventory or {}), **hosts}, "fleet"), list(hosts), resolved)
+    problems += span_problems(hosts, inventory)
+    return problems
+
+
+def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list[str]:
+    """Every problem of the inventory for the hosts of a run, as sentences; [] if valid.
+
+    `all_hosts`: every host of the inventory -> its variables (plain values); `run_hosts`: the
+    hosts of the run (after -l). Hosts of the router group alone are no fleet nodes (no
+    accelerator, no models): only the router's rules apply to them, against every fleet node
+    of the inventory (not only those of the run: `-l router` must still know what the fleet
+    serves). Monitoring hosts alike; a fleet node may also be one. Every host of the run,
+    whatever its groups, passes the rules by class and the port registry.
+    """
+    if not run_hosts:
+        return ["no host of the inventory is in this run (the inventory has no hosts, or -l/--limit matches none); "
+                "accepted: hosts in the groups fleet, router or monitoring"]
+    collected = {h: all_hosts[h] for h in run_hosts}
+    fleet = {h: v for h, v in all_hosts.items() if "fleet" in _groups(v)}
+    routers = {h: v for h, v in collected.items() if "router" in _groups(v) and "fleet" not in _groups(v)}
+    monitors = {h: v for h, v in collected.items() if "monitoring" in _groups(v)}
+    nodes = {h: v for h, v in collected.items() if "fleet" in _groups(v)}
+    others = {h: v for h, v in collected.items() if h not in nodes}
+    problems = validate_hosts(nodes, fleet) if nodes else []
+    for host in sorted(others):
+        problems += [f"host {host}: {p}"
+                     for p in mask_secrets(role_variable_problems(others[host]) + _class_problems(others[host]),
+                                           secret_values(others[host]))]
+    if routers:
+        problems += router_problems(routers, fleet)
+    if monitors:
+        problems += monitoring_problems(monitors, fleet)
+    problems += ports.listener_problems(all_hosts, list(collected))
+    return list(dict.fromkeys(problems))
+
+
+def models_needing(models: list[dict]) -> int:
+    """Largest device set among resolved models (for preflight)."""
+    return max((node_devices(m) for m in models if m["enabled"]), default=0)

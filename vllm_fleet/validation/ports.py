@@ -1,0 +1,163 @@
+"""Ports: one registry per address of everything that listens.
+
+Every listener of the inventory claims its (address, port) in one registry, in one order:
+each host's SSH port, each fleet node's models (explicit ports and the ones derived from
+fleet_serve_base_port), the heads' Ray ports, the routers' model ports, the node exporters
+(when the inventory has monitoring hosts) and Prometheus. A claim on a taken pair, or a
+port outside 1024-65535 (the SSH port excepted: it is the admin's), is a problem of the
+claimant, said once, whatever groups its host is in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_fleet import monitoring, router
+from vllm_fleet.cluster import cluster_address
+from vllm_fleet.validation.specs import role_default
+
+#: Ports below this one need privileges the model units do not have (they run unprivileged).
+FIRST_UNPRIVILEGED_PORT = 1024
+LAST_PORT = 65535
+DEFAULT_SSH_PORT = 22
+
+
+def is_port_number(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class Claim:
+    host: str
+    address: str
+    port: int
+    who: str  #: what listens, as the holder is named to another claimant ("model x of host")
+    where: str  #: the claimant's variable, as its problem starts ("model x: port 8000")
+    ssh: bool = False
+    model: bool = False
+
+
+def _groups(host_vars: dict) -> set[str]:
+    groups = host_vars.get("group_names")
+    return set(groups) if isinstance(groups, list) else set()
+
+
+def in_group(hosts: dict[str, dict], group: str) -> dict[str, dict]:
+    """`hosts` with `group` among each one's group_names (callers that know what the hosts are)."""
+    return {h: {**v, "group_names": sorted(_groups(v) | {group})} for h, v in hosts.items()}
+
+
+def _address(host: str, host_vars: dict) -> str:
+    return str(host_vars.get("ansible_host") or host)
+
+
+def ssh_port(host_vars: dict):
+    return host_vars.get("ansible_port", DEFAULT_SSH_PORT)
+
+
+def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = None) -> list[Claim]:
+    """Every listener of the inventory, in the registry's order. `resolved`: the fleet nodes'
+    resolved models where the caller has them already (else resolved here)."""
+    resolved = resolved or {}
+    out: list[Claim] = []
+    for host in sorted(all_hosts):
+        port = ssh_port(all_hosts[host])
+        if is_port_number(port):
+            out.append(Claim(host, _address(host, all_hosts[host]), port, f"the SSH port of {host}",
+                             f"ansible_port = {port}", ssh=True))
+    fleet = sorted(h for h, v in all_hosts.items() if "fleet" in _groups(v))
+    for host in fleet:
+        host_vars = all_hosts[host]
+        models = resolved.get(host)
+        models = router.served_models(host_vars, host) if models is None else [
+            m for m in models if m.get("enabled") and is_port_number(m.get("port"))]
+        for m in models:
+            out.append(Claim(host, router.node_address(host, host_vars, m), m["port"], f"model {m['name']} of {host}",
+                             f"model {m['name']}: port {m['port']}"
+                             + ("" if isinstance(_declared_port(host_vars, m["name"]), int)
+                                else " (derived from fleet_serve_base_port)"), model=True))
+    for host in fleet:
+        host_vars = all_hosts[host]
+        for m in host_vars.get("fleet_models") or []:
+            span = m.get("span") if isinstance(m, dict) else None
+            if not isinstance(span, dict) or str(span.get("head", "")) != host or m.get("enabled", True) is False:
+                continue
+            port = span.get("port", 6379)
+            if is_port_number(port):
+                out.append(Claim(host, cluster_address(host, host_vars), port,
+                                 f"the Ray port of model {m.get('name')} on {host}",
+                                 f"model {m.get('name')}: span.port = {port}"))
+    for host in sorted(h for h, v in all_hosts.items() if "router" in _groups(v)):
+        host_vars = all_hosts[host]
+        entries = host_vars.get("router_models") or []
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict) and is_port_number(entry.get("port")):
+                out.append(Claim(host, _address(host, host_vars), entry["port"],
+                                 f"the router port of {entry.get('name')!r} on {host}",
+                                 f"router_models[{i}].port = {entry['port']}"))
+    if any("monitoring" in _groups(v) for v in all_hosts.values()):
+        watched = sorted(h for h, v in all_hosts.items() if {"fleet", "monitoring"} & _groups(v))
+        for host in watched:
+            port = monitoring.exporter_port(all_hosts[host])
+            if is_port_number(port):
+                out.append(Claim(host, _address(host, all_hosts[host]), port, f"the node exporter of {host}",
+                                 f"monitoring_node_exporter_port = {port}"))
+        for host in sorted(h for h, v in all_hosts.items() if "monitoring" in _groups(v)):
+            port = all_hosts[host].get("monitoring_prometheus_port", role_default("monitoring_prometheus_port"))
+            if is_port_number(port):
+                out.append(Claim(host, _address(host, all_hosts[host]), port, f"Prometheus of {host}",
+                                 f"monitoring_prometheus_port = {port}"))
+    return out
+
+
+def _declared_port(host_vars: dict, name: str):
+    for m in host_vars.get("fleet_models") or []:
+        if isinstance(m, dict) and m.get("name") == name:
+            return m.get("port")
+    return None
+
+
+def _range_problem(claim: Claim, ssh: int) -> str | None:
+    if claim.ssh:
+        if not 1 <= claim.port <= LAST_PORT:
+            return f"{claim.where}: no TCP port; accepted: 1-{LAST_PORT}"
+        return None
+    if claim.port == ssh and claim.address:
+        return (f"{claim.where} is the node's own SSH port (ansible_port = {ssh}); accepted: a port no other service "
+                "of the node listens on")
+    if claim.port < FIRST_UNPRIVILEGED_PORT:
+        return (f"{claim.where} is a privileged port (below {FIRST_UNPRIVILEGED_PORT}), which the unprivileged "
+                f"services cannot listen on; accepted: {FIRST_UNPRIVILEGED_PORT}-{LAST_PORT}, e.g. 8000")
+    if claim.port > LAST_PORT:
+        return (f"{claim.where} is beyond {LAST_PORT}, the last TCP port; accepted: "
+                f"{FIRST_UNPRIVILEGED_PORT}-{LAST_PORT} (a lower fleet_serve_base_port or the model's own port)")
+    return None
+
+
+def listener_problems(all_hosts: dict[str, dict], run_hosts: list[str],
+                      resolved: dict[str, list[dict]] | None = None) -> list[str]:
+    """Ports out of range and (address, port) pairs claimed twice, for the listeners of the
+    run's hosts (and the claims that collide with them)."""
+    run = set(run_hosts)
+    problems: list[str] = []
+    taken: dict[tuple[str, int], Claim] = {}
+    for claim in claims(all_hosts, resolved):
+        ssh = ssh_port(all_hosts[claim.host])
+        key = (claim.address, claim.port)
+        holder = taken.get(key)
+        if claim.host in run:
+            why = _range_problem(claim, ssh if is_port_number(ssh) else DEFAULT_SSH_PORT)
+            if why:
+                problems.append(f"host {claim.host}: {why}")
+                continue
+        if holder is None:
+            taken[key] = claim
+            continue
+        if holder.ssh and (holder.host == claim.host or claim.ssh):
+            continue  # the node's own SSH port is said above; two hosts on one sshd are one machine
+        if claim.model and holder.model and claim.host == holder.host:
+            continue  # two models of one host: said by vllm_fleet.models (each model on a host needs its own port)
+        if claim.host in run or holder.host in run:
+            problems.append(f"host {claim.host}: {claim.where}: port {claim.port} on address {claim.address} is "
+                            f"already {holder.who}; accepted: a port nothing else on that address listens on")
+    return problems

@@ -1,0 +1,107 @@
+"""Layer 1: the JSON Schema in data/inventory.schema.yml (types, enums, commit ids, checksums,
+the per-vendor version matrices)."""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+
+import jsonschema
+import yaml
+
+from vllm_fleet import vendors
+from vllm_fleet.models import DATA_DIR
+from vllm_fleet.secrets import is_secret_path
+from vllm_fleet.validation.problem import _describe, _masked, _numeric, _var_path
+
+SCHEMA_FILE = DATA_DIR / "inventory.schema.yml"
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The inventory schema, with the vendors of vllm_fleet.vendors (the one list) as the accepted ones."""
+    doc = yaml.safe_load(SCHEMA_FILE.read_text())
+    vendor = doc["$defs"]["accelerator"]["properties"]["vendor"]
+    vendor["enum"] = list(vendors.VENDORS)
+    vendor["description"] = "one of " + ", ".join(vendors.VENDORS)
+    doc["allOf"] = [
+        {"if": {"properties": {"fleet_accelerator": {"properties": {"vendor": {"const": name}}, "required": ["vendor"]}},
+                "required": ["fleet_accelerator"]},
+         "then": {"properties": {"fleet_matrix": {"$ref": f"#/$defs/matrix_{name}"}}}}
+        for name in vendors.VENDORS if f"matrix_{name}" in doc["$defs"]]
+    return doc
+
+
+def fleet_variables() -> list[str]:
+    """The `fleet_*` variables the schema knows."""
+    return sorted(schema()["properties"])
+
+def _format_error(err: jsonschema.ValidationError) -> str:
+    path = _var_path(err.absolute_path)
+    sch = err.schema if isinstance(err.schema, dict) else {}
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        where = f"{path}.{missing}" if err.absolute_path else missing
+        accepted = _lookup_description(err, missing)
+        return f"{where} is missing" + (f"; expected {accepted}" if accepted else "")
+    if err.validator == "additionalProperties":
+        known = sorted((sch.get("properties") or {}).keys())
+        extras = [k for k in err.instance if k not in known] if isinstance(err.instance, dict) else []
+        hints = []
+        for extra in extras:
+            close = difflib.get_close_matches(extra, known, n=1)
+            hints.append(f"unknown key {extra!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        return f"{path}: {'; '.join(hints)}; accepted keys: {', '.join(known)}"
+    accepted = sch.get("description")
+    if not accepted:
+        if err.validator == "enum":
+            accepted = "one of " + ", ".join(map(str, err.validator_value))
+        elif err.validator == "type":
+            accepted = f"a value of type {err.validator_value}"
+        elif err.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+            op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[err.validator]
+            accepted = f"a number {op} {err.validator_value}"
+        elif err.validator == "pattern":
+            accepted = f"a string matching {err.validator_value}"
+        elif err.validator == "propertyNames":
+            accepted = "keys matching " + str((err.validator_value or {}).get("pattern"))
+        else:
+            accepted = err.message
+    hint = ""
+    if isinstance(err.instance, float) and "string" in str(sch.get("type", "")) + str(accepted):
+        hint = " (YAML read it as a number: put it in quotes)"
+    elif isinstance(err.instance, str) and err.validator == "type" and _numeric(err.instance):
+        hint = (" (extra vars given as -e key=value are strings: pass numbers as JSON, "
+                "e.g. -e '{\"name\": 100}')")
+    shown = _masked(err.instance) if is_secret_path(err.absolute_path) else _describe(err.instance)
+    return f"{path} = {shown}: expected {accepted}{hint}"
+
+
+def _lookup_description(err: jsonschema.ValidationError, key: str) -> str | None:
+    props = (err.schema or {}).get("properties", {}) if isinstance(err.schema, dict) else {}
+    sub = props.get(key) or {}
+    if "$ref" in sub:
+        name = sub["$ref"].rsplit("/", 1)[-1]
+        sub = schema()["$defs"].get(name, {})
+    return sub.get("description")
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schema())
+
+
+def schema_problems(doc: dict) -> list[str]:
+    validator = _validator()
+    problems = []
+    for err in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
+        # if/then branches report their own errors; the bare "if" wrapper adds nothing.
+        if err.validator in ("if", "then", "allOf") and not err.absolute_path and err.context:
+            problems += [_format_error(e) for e in err.context]
+            continue
+        problems.append(_format_error(err))
+    return problems
+
+def host_document(host_vars: dict) -> dict:
+    """The part of a host's variables that the schema checks."""
+    return {k: v for k, v in host_vars.items() if k in schema()["properties"]}

@@ -1,0 +1,86 @@
+"""Secrets: never printed, long enough, and only through the secret path.
+
+A secret is any value under a variable or key named like one (vllm_fleet.secrets.SECRET_NAME:
+*api_key*, *token*, *password*, *secret*, ...). Messages mask them by name (problem.py) and,
+behind that, by value in every form a message may print (raw, repr, JSON, URL-encoded:
+vllm_fleet.secrets.printed_forms). API keys and tokens must be non-empty strings of printable
+characters of a minimum length (vLLM takes an empty key as none: the model would be open).
+Secrets go through the secret path (`secret_env`, --secrets FILE, the API's secrets=,
+ansible-vault), never in a clear `env`; and no clear variable carries credentials in a URL.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, url_has_credentials
+from vllm_fleet.validation.problem import Problem, leaves
+
+#: Keys and tokens: what a client presents, so long enough not to be guessed.
+_KEY_NAME = re.compile(r"api_?key|token", re.I)
+#: Printable ASCII without spaces, quotes or backslashes: what an environment file and an
+#: HTTP header carry as written.
+_KEY_CHARS = re.compile(r"^[!#-&(-\[\]-~]+$")
+KEY_ACCEPTED = (f"a string of at least {MIN_KEY_LENGTH} printable ASCII characters without spaces, quotes or "
+                "backslashes, given as a secret (--secrets FILE, the API's secrets= or ansible-vault), e.g. the "
+                "output of `openssl rand -hex 24`")
+
+
+def mask_secrets(problems: list[str], secrets: list[str]) -> list[str]:
+    """Problems with every printed form of every secret value replaced by the mask."""
+    return [mask_text(p, secrets) for p in problems]
+
+
+def _secret_leaves(value, path: tuple, inside: bool):
+    if path and isinstance(path[-1], str) and _KEY_NAME.search(path[-1]) and SECRET_NAME.search(path[-1]) \
+            and isinstance(value, (dict, list)):
+        yield path, value  # a key or token is one string, not a structure
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _secret_leaves(v, path + (k,), inside or bool(SECRET_NAME.search(str(k))))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _secret_leaves(v, path + (i,), inside)
+    elif inside:
+        yield path, value
+
+
+def secret_problems(host_vars: dict) -> list[str]:
+    problems: list[str] = []
+    for path, value in _secret_leaves(host_vars, (), False):
+        name = next((str(p) for p in reversed(path) if isinstance(p, str) and SECRET_NAME.search(p)), "")
+        if not _KEY_NAME.search(name):
+            if value is None or (isinstance(value, str) and not value.strip()):
+                problems.append(str(Problem(path, value, "is empty", "a non-empty secret, or leave it out")))
+            continue
+        if name == "fleet_serve_api_key" and value == "":
+            continue  # the default: no key (listening beyond loopback then needs one, vendor_rules)
+        if not isinstance(value, str):
+            problems.append(str(Problem(path, value, "is not a string", KEY_ACCEPTED)))
+        elif not value.strip():
+            problems.append(str(Problem(path, value, "is empty or blank, which vLLM and the router take as no key "
+                                        "at all", KEY_ACCEPTED)))
+        elif not _KEY_CHARS.match(value):
+            problems.append(str(Problem(path, value, "has spaces, quotes, backslashes or characters outside printable "
+                                        "ASCII, which its environment file or an HTTP header cannot carry",
+                                        KEY_ACCEPTED)))
+        elif len(value) < MIN_KEY_LENGTH:
+            problems.append(str(Problem(path, value, f"is {len(value)} characters long, short enough to be guessed",
+                                        KEY_ACCEPTED)))
+    for path, value in leaves(host_vars):
+        if not path or path[-1] is None:
+            continue
+        if len(path) >= 2 and path[-2] in ("env", "fleet_serve_env") and isinstance(path[-1], str) and SECRET_NAME.search(path[-1]):
+            problems.append(str(Problem(path, value, f"is a secret ({path[-1]}) in a clear env, which plans, unit "
+                                        "files and logs show", "the same name under secret_env (given with "
+                                        "--secrets FILE, the API's secrets= or ansible-vault)")))
+            continue
+        if any(SECRET_NAME.search(p) for p in path if isinstance(p, str)):
+            continue
+        if url_has_credentials(value):
+            problems.append(str(Problem(path, "(a URL with a password, not shown)", "carries a user and password in "
+                                        "a clear variable, which logs and plans would print",
+                                        "the URL without user:password@ (give the mirror's credentials to the node "
+                                        "by other means, e.g. a netrc file), or the URL in a secret")))
+    return problems

@@ -1,0 +1,150 @@
+"""Typed `vllm serve` options, against the pinned releases' own parsers (data/serve_options.json)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import lru_cache
+from typing import Any, Callable
+
+from vllm_fleet.models import DATA_DIR
+from vllm_fleet.validation.problem import _describe, _numeric
+
+SERVE_OPTIONS_FILE = DATA_DIR / "serve_options.json"
+#: What vLLM checks only when the engine starts (minutes into a unit's life), checked here.
+SERVE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction of the device memory in (0, 1], e.g. 0.9"),
+    "swap_space": (lambda v: v >= 0, "a number of GiB >= 0"),
+    "cpu_offload_gb": (lambda v: v >= 0, "a number of GiB >= 0"),
+    **{key: (lambda v: v >= 1, "a positive integer (>= 1)") for key in (
+        "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+        "data_parallel_size_local", "max_num_seqs", "max_num_batched_tokens", "block_size",
+        "num_gpu_blocks_override", "max_loras", "max_lora_rank", "max_cpu_loras", "kv_cache_memory_bytes",
+        "max_seq_len_to_capture", "max_parallel_loading_workers", "api_server_count")},
+}
+_HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
+_FLAGS_INSIDE = re.compile(r"\s-{1,2}[A-Za-z]")
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "json": "a mapping (rendered as JSON)",
+               "bool": "true or false", "flag": "true (a flag without a value)"}
+
+
+@lru_cache(maxsize=1)
+def serve_options() -> dict[str, dict]:
+    """release -> {vllm_version, options} from data/serve_options.json (see vllm_fleet.argcheck --describe)."""
+    return json.loads(SERVE_OPTIONS_FILE.read_text())["releases"]
+
+
+def serve_release(doc: dict) -> str | None:
+    """The vLLM release whose parser judges the host's command lines (as tests/parser pins it)."""
+    vllm = (doc.get("fleet_matrix") or {}).get("vllm")
+    if not isinstance(vllm, dict):
+        return None
+    release = vllm.get("release") or vllm.get("version")
+    if not isinstance(release, str):
+        return None
+    vendor = (doc.get("fleet_accelerator") or {}).get("vendor")
+    return f"{release}+cpu" if vendor == "cpu" and not release.endswith("+cpu") else release
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and _numeric(value.strip()):
+        return float(value)
+    return None
+
+
+def _item_problem(spec: dict, item: Any) -> str | None:
+    """Why one value does not fit the option's type and choices; None when it does."""
+    kind = spec.get("type")
+    if isinstance(item, str) and _FLAGS_INSIDE.search(item):
+        return "has spaces and more flags inside one value (it reaches vLLM as one argument)"
+    if isinstance(item, bool):
+        return None if kind == "bool" and spec.get("bool") == "value" else "is a boolean, which renders as a flag"
+    if kind == "int":
+        if isinstance(item, float) or (isinstance(item, str) and _numeric(item) and not item.strip().isdigit()
+                                       and not spec.get("human")):
+            return "is not a whole number"
+        if not isinstance(item, int) and not (isinstance(item, str) and (item.strip().isdigit() or (
+                spec.get("human") and _HUMAN_INT.match(item.strip())))):
+            return "is not an integer"
+    elif kind == "float" and _number(item) is None:
+        return "is not a number"
+    elif kind == "str" and isinstance(item, (dict, list)):
+        return "is a mapping or list, but the option takes one word"
+    elif kind == "bool" and spec.get("bool") == "value" and str(item).lower() not in ("true", "false"):
+        return "is not true or false"
+    choices = spec.get("choices")
+    if choices and str(item) not in choices and str(item).lower() not in [c.lower() for c in choices]:
+        return "is not one of the option's choices"
+    return None
+
+
+def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
+    """Every enabled model's merged `serve` against the `vllm serve` options of the host's release.
+
+    Unknown options (with a did-you-mean), types, choices, nargs, boolean styles, values
+    smuggling more flags, and the ranges vLLM checks only at engine start. Options the
+    vendor's fork adds (`fleet_matrix.vllm.fork_serve_options`) are the fork's to judge.
+    """
+    release = serve_release(doc)
+    described = serve_options().get(release or "")
+    if not described:
+        return []  # a release we have no description of: vllm_fleet.argcheck judges it with its parser
+    options = described["options"]
+    vllm = (doc.get("fleet_matrix") or {}).get("vllm") or {}
+    fork = set(vllm.get("fork_serve_options") or []) if isinstance(vllm, dict) else set()
+    problems = []
+    for m in models:
+        for key, value in m["serve"].items():
+            where = f"model {m['name']}: serve.{key} = {_describe(value)}"
+            spec = options.get(key)
+            if spec is None:
+                if key in fork:
+                    continue
+                close = difflib.get_close_matches(key, list(options), n=1)
+                problems.append(f"{where}: vLLM {release}'s `vllm serve` has no option --{key.replace('_', '-')}"
+                                + (f" (did you mean {close[0]!r}?)" if close else "")
+                                + "; accepted: an option of that release (vllm serve --help), or one the vendor's fork "
+                                "adds listed in fleet_matrix.vllm.fork_serve_options")
+                continue
+            flag = "--" + key.replace("_", "-")
+            kind, style = spec.get("type"), spec.get("bool")
+            accepted = _TYPE_WORDS.get(kind, kind)
+            if spec.get("choices"):
+                accepted = "one of " + ", ".join(spec["choices"])
+            takes = f"vLLM {release}'s {flag} takes {accepted}"
+            if kind == "bool" and style in ("optional", "store_true", "store_false"):
+                if not isinstance(value, bool):
+                    hint = (f" (a string would render `{flag} {value}`)" if isinstance(value, str) else "")
+                    problems.append(f"{where}: {flag} is a switch{hint}; accepted: true or false, unquoted")
+                elif style != "optional" and value is not (style == "store_true") and ("no_" + key) not in options:
+                    problems.append(f"{where}: vLLM {release} has {flag} but no --no-{key.replace('_', '-')}; "
+                                    "accepted: true, or leave the option out")
+                continue
+            if kind == "flag":
+                if value is not True:
+                    problems.append(f"{where}: {takes}; accepted: true, or leave the option out")
+                continue
+            nargs = spec.get("nargs")
+            many = nargs in ("+", "*") or (isinstance(nargs, int) and nargs > 1)
+            if isinstance(value, list) and not many and kind != "json":
+                problems.append(f"{where}: {takes}, one value; accepted: a single value, not a list")
+                continue
+            items = value if isinstance(value, list) and many else [value]
+            for item in items:
+                why = _item_problem(spec, item)
+                if why:
+                    problems.append(f"{where}: {_describe(item) + ' ' if item is not value else ''}{why}; {takes}"
+                                    + ("; give each flag its own key in serve" if "more flags" in why else ""))
+                    break
+            else:
+                rule = SERVE_RANGES.get(key)
+                number = _number(value)
+                if rule and number is not None and not rule[0](number):
+                    problems.append(f"{where}: out of range for {flag}; accepted: {rule[1]} (vLLM checks it only "
+                                    "when the engine starts)")
+    return problems

@@ -1,0 +1,34 @@
+"""The roles' own specs: every role option, from roles/*/meta/argument_specs.yml."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import yaml
+
+from vllm_fleet import PROJECT_DIR
+
+ROLES_DIR = PROJECT_DIR / "roles"
+
+
+@lru_cache(maxsize=1)
+def role_options() -> dict[str, tuple[str, dict]]:
+    """Every role option -> (role, spec), from roles/*/meta/argument_specs.yml (entry point main)."""
+    options: dict[str, tuple[str, dict]] = {}
+    for spec_file in sorted(ROLES_DIR.glob("*/meta/argument_specs.yml")):
+        specs = yaml.safe_load(spec_file.read_text()) or {}
+        main = (specs.get("argument_specs") or {}).get("main") or {}
+        for name, spec in (main.get("options") or {}).items():
+            options[name] = (spec_file.parent.parent.name, spec)
+    return options
+
+
+def role_default(name: str):
+    """A role option's default, from its argument spec (which tests/unit/test_roles.py keeps equal
+    to the role's defaults/main.yml): Python that needs it reads it here, never a copy."""
+    return role_options()[name][1].get("default")
+
+
+@lru_cache(maxsize=1)
+def role_names() -> frozenset[str]:
+    return frozenset(role for role, _ in role_options().values())

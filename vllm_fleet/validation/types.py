@@ -1,0 +1,124 @@
+"""Booleans and numbers: strict types, every number in its range.
+
+Ansible's own argument-spec validator converts what it can ("false" -> False, "8000" -> 8000)
+but the templates see the variable as written: `"false"` is a non-empty string, truthy in a
+`{% if %}`, so a switch given as a string would turn the thing on. Role variables are
+therefore held to their spec's type exactly, with the YAML to write in the message, and
+every number to the range its name's class allows (fleet_* variables: the schema's ranges).
+Derived numbers (ports from fleet_serve_base_port, device indices) are judged where they are
+derived: vllm_fleet.validation.ports and vllm_fleet.models.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from vllm_fleet.secrets import SECRET_NAME, mask_text
+from vllm_fleet.validation.problem import Problem, _describe, _masked
+from vllm_fleet.validation.specs import role_options
+from vllm_fleet.validation.schema import schema
+
+#: The largest integer any consumer (HAProxy, systemd, Prometheus, 32-bit C) takes safely.
+LARGEST = 2**31 - 1
+#: Ranges by the name's class: (pattern of the name, low, high, inclusive low, what it is).
+NUMBER_CLASSES: list[tuple[re.Pattern, float, float, bool, str]] = [
+    (re.compile(r"(^|_)port$"), 1024, 65535, True, "a TCP port of an unprivileged service, 1024-65535"),
+    (re.compile(r"_percentage$"), 0, 100, True, "a percentage, 0-100"),
+    (re.compile(r"_threshold$"), 0, 1, False, "a fraction in (0, 1], e.g. 0.9"),
+    (re.compile(r"_(timeout|sec|delay|keep|fall|rise)$"), 1, LARGEST, True, f"a whole number >= 1 (at most {LARGEST})"),
+]
+_DEFAULT_RANGE = (0, LARGEST, True, f"a number >= 0 (at most {LARGEST})")
+_PYTHON_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "path": (str,),
+                 "list": (list,), "dict": (dict,)}
+_WORDS = {"bool": "true or false, unquoted", "int": "a whole number, unquoted", "float": "a number, unquoted",
+          "str": "a string", "path": "a path (a string)", "list": "a list", "dict": "a mapping"}
+
+
+def number_range(name: str) -> tuple[float, float, bool, str]:
+    for pattern, low, high, inclusive, what in NUMBER_CLASSES:
+        if pattern.search(name):
+            return low, high, inclusive, what
+    return _DEFAULT_RANGE
+
+
+def _yaml_hint(name: str, kind: str, value: Any) -> str:
+    """The line of YAML that says what the user meant, where it can be told."""
+    if kind == "bool" and isinstance(value, str) and value.strip().lower() in (
+            "true", "false", "yes", "no", "on", "off", "1", "0"):
+        meant = value.strip().lower() in ("true", "yes", "on", "1")
+        return f" (write `{name}: {'true' if meant else 'false'}` without quotes: a quoted word is a string, " \
+               "and any non-empty string is true in a template)"
+    if kind in ("int", "float") and isinstance(value, str):
+        try:
+            number = json.loads(value.strip())
+        except ValueError:
+            return ""
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return f" (write `{name}: {number}` without quotes; extra vars on the command line: -e '{{\"{name}\": {number}}}')"
+    return ""
+
+
+def _value_problems(name: str, path: tuple, spec: dict, value: Any) -> list[str]:
+    kind = spec.get("type", "str")
+    wanted = _PYTHON_TYPES.get(kind)
+    if value is None and spec.get("default", "") is None:
+        return []
+    if wanted and (not isinstance(value, wanted) or (isinstance(value, bool) and kind != "bool")):
+        if kind == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return []  # a number where a word is taken renders as that number: harmless
+        return [str(Problem(path, value, f"is not {_WORDS[kind]}{_yaml_hint(name, kind, value)}", _WORDS[kind]))]
+    problems: list[str] = []
+    if kind in ("int", "float"):
+        low, high, inclusive, what = number_range(str(path[-1]) if path else name)
+        if not ((value >= low if inclusive else value > low) and value <= high):
+            problems.append(str(Problem(path, value, "is out of range", what)))
+    if kind == "list" and spec.get("elements"):
+        element = {"type": spec["elements"], **({"options": spec["options"]} if "options" in spec else {})}
+        for i, item in enumerate(value):
+            problems += _value_problems(name, path + (i,), element, item)
+    if kind == "dict" and spec.get("options"):
+        for key, sub in spec["options"].items():
+            if key in value:
+                problems += _value_problems(key, path + (key,), sub, value[key])
+    return problems
+
+
+def _spec_problems(options: dict, provided: dict) -> list[str]:
+    """What Ansible's own argument-spec validator says of values of the right types: required
+    sub-options, unknown keys, choices."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: PLC0415 - Ansible only when needed
+
+    spec = {name: {k: v for k, v in options[name][1].items() if k in ("type", "choices", "elements", "options")}
+            for name in provided}
+    problems = []
+    for error in ArgumentSpecValidator(spec).validate(provided).errors:
+        message = str(error)
+        name = next((n for n in provided if f"'{n}'" in message or n in message), None)
+        if name and "choices" in options[name][1]:
+            message += f" (accepted: {', '.join(map(str, options[name][1]['choices']))})"
+        if name and SECRET_NAME.search(name):
+            shown = _masked(provided[name])
+            message = mask_text(message, [str(provided[name])])
+        else:
+            shown = _describe(provided[name]) if name else ""
+        problems.append(f"{name + ' = ' + shown + ': ' if name else ''}{message}")
+    return problems
+
+
+def type_problems(host_vars: dict) -> list[str]:
+    """Role variables (not fleet_*: the schema types those) of exactly their spec's type, numbers
+    in range; then, for those, Ansible's own spec validator (required keys, unknown keys, choices)."""
+    options = role_options()
+    known = schema()["properties"]
+    problems: list[str] = []
+    typed: dict = {}
+    for name in sorted(host_vars):
+        if name in known or name not in options:
+            continue
+        own = _value_problems(name, (name,), options[name][1], host_vars[name])
+        problems += own
+        if not own:
+            typed[name] = host_vars[name]
+    return problems + (_spec_problems(options, typed) if typed else [])
