@@ -13,9 +13,10 @@ selects, decrypting a vault) is done by the caller (vllm_fleet.api) and handed i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -213,8 +214,8 @@ def text_problems(rel: str, text: str, *, vars_file: bool, source_suffix: str = 
 def _vars_file_problems(rel: str, doc: Any, parsed: Parsed) -> list[str]:
     if doc is None or isinstance(doc, dict):
         return []
-    return [f"{_where(rel, parsed.line(doc))}: holds {_kind(doc)}; a vars file (group_vars/, host_vars/) must be a "
-            "mapping of variable names to values (name: value, one per line), or empty"]
+    return [(f"{_where(rel, parsed.line(doc))}: holds {_kind(doc)}; a vars file (group_vars/, host_vars/) must be a "
+            "mapping of variable names to values (name: value, one per line), or empty")]
 
 
 def _source_problems(rel: str, doc: Any, parsed: Parsed, suffix: str) -> list[str]:
@@ -222,9 +223,9 @@ def _source_problems(rel: str, doc: Any, parsed: Parsed, suffix: str) -> list[st
     if not isinstance(doc, dict):
         if not suffix:  # a file without extension may be an INI inventory that YAML also reads
             return []
-        return [f"{_where(rel, parsed.line(doc))}: holds {_kind(doc)}; an inventory file must be a mapping of group "
+        return [(f"{_where(rel, parsed.line(doc))}: holds {_kind(doc)}; an inventory file must be a mapping of group "
                 "names to groups (all: {children: {fleet: {children: {nvidia-nodes: {hosts: {node-01: "
-                "{ansible_host: ...}}}}}}})"]
+                "{ansible_host: ...}}}}}}})")]
     if "plugin" in doc:
         return []  # an inventory plugin's configuration, not a YAML inventory
     problems: list[str] = []
