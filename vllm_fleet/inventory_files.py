@@ -13,6 +13,7 @@ selects, decrypting a vault) is done by the caller (vllm_fleet.api) and handed i
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,6 +346,72 @@ def vault_problems(inventory: str | os.PathLike, decrypt: Callable[[str], str]) 
 
 
 # ------------------------------------------------------------------ hosts of the run
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def yaml_groups(inventory: str | os.PathLike) -> dict[str, set[str]]:
+    """Each group of the inventory's YAML inventory files -> every host in it or its children
+    (host names as written: a range such as node-[01:04] is one entry). Other sources (INI,
+    scripts, plugins) are not read: a host found here is in the inventory, one missing may not be."""
+    root = Path(inventory)
+    direct: dict[str, set[str]] = {}
+    children: dict[str, set[str]] = {}
+
+    def walk(group: str, body: Any) -> None:
+        direct.setdefault(group, set())
+        children.setdefault(group, set())
+        if not isinstance(body, dict):
+            return
+        hosts = body.get("hosts")
+        if isinstance(hosts, str):
+            hosts = {hosts: None}
+        if isinstance(hosts, dict):
+            direct[group] |= {h for h in hosts if isinstance(h, str)}
+        kids = body.get("children")
+        if isinstance(kids, str):
+            kids = {kids: None}
+        if isinstance(kids, dict):
+            for child, child_body in kids.items():
+                children[group].add(str(child))
+                walk(str(child), child_body)
+
+    for path in inventory_files(root):
+        if is_vars_file(path, root) or path.suffix not in (".yml", ".yaml", ".json"):
+            continue
+        try:
+            docs = load(path.read_text()).docs
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if len(docs) == 1 and isinstance(docs[0], dict) and "plugin" not in docs[0]:
+            for group, body in docs[0].items():
+                walk(str(group), body)
+
+    def closure(group: str, seen: set[str]) -> set[str]:
+        seen.add(group)
+        found = set(direct.get(group, ()))
+        for child in children.get(group, ()):
+            if child not in seen:
+                found |= closure(child, seen)
+        return found
+
+    return {group: closure(group, set()) for group in direct}
+
+
+def surely_has_hosts(groups: dict[str, set[str]], pattern: str, limit: str | None) -> bool:
+    """True when `groups` (yaml_groups) alone show that a run on `pattern` (groups joined by
+    ":") with `limit` has a host; False means "ask Ansible" (a limit of wildcards, ranges,
+    exclusions, names these files do not define), not "no host"."""
+    run = set().union(*(groups.get(g, set()) for g in pattern.split(":")))
+    if not limit:
+        return bool(run)
+    names = [n.strip() for n in re.split(r"[,:]", limit) if n.strip()]
+    hosts = set().union(*groups.values()) if groups else set()
+    if not names or not all(_PLAIN_NAME.match(n) and (n in groups or n in hosts) for n in names):
+        return False
+    return bool(run & set().union(*(groups.get(n, set()) | ({n} if n in hosts else set()) for n in names)))
+
+
 
 def no_hosts_problem(inventory: str, pattern: str, limit: str | None, in_groups: int, in_inventory: int) -> str:
     """The message for a run that would have no host: `in_groups` hosts of the inventory are in
