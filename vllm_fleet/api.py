@@ -297,6 +297,8 @@ class _Collector:
         self.components: dict[str, list[dict]] = {}
         self.releases: dict[str, dict] = {}
         self.rollout_reached: list[str] = []
+        #: Events of tasks on hosts (runner_on_*): none when Ansible stopped before its first task.
+        self.task_events = 0
 
     def __call__(self, event: dict) -> bool:
         scrub(event, self.secrets)
@@ -308,6 +310,7 @@ class _Collector:
     def consume(self, event: dict) -> None:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
+        self.task_events += kind.startswith("runner_on_")
         if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res") or {}
             message = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
@@ -544,8 +547,20 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
             shutil.rmtree(secret_dir, ignore_errors=True)
     artifacts = Path(runner.config.artifact_dir)
     scrub_tree(artifacts, secret_values)
-    return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=runner.status,
-                     rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
+    status, problems, failures = runner.status, collector.problems, collector.final_failures()
+    if runner.status == "failed" and not collector.stats and not collector.task_events and not failures:
+        # Ansible stopped before its first task (no recap): say why instead of an empty result.
+        stdout = (artifacts / "stdout").read_text(errors="replace") if (artifacts / "stdout").is_file() else ""
+        problems = problems or _inventory_files.startup_vault_problems(stdout)
+        if problems:
+            status = "invalid"
+        else:
+            errors = _inventory_files.startup_errors(stdout)
+            failures = [TaskFailure(host="controller", task="(before the first task)",
+                                    message="; ".join(errors) or f"ansible-playbook exited with {runner.rc}; "
+                                                                 f"its output: {artifacts / 'stdout'}")]
+    return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=status,
+                     rc=runner.rc, hosts=collector.hosts(), failures=failures, problems=problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
                      task_durations=collector.task_durations, check_stopped=collector.check_stopped,
                      components=collector.components, releases=collector.releases,

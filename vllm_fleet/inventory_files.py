@@ -428,3 +428,28 @@ def no_hosts_problem(inventory: str, pattern: str, limit: str | None, in_groups:
                + (", router or monitoring" if "router" in pattern else ""))
     run = f"this run (-l/--limit {limit!r})" if limit else "this run"
     return f"no host of the inventory {inventory} is in {run}, so it would change nothing and succeed: {why}"
+
+
+# ------------------------------------------------------------------ after a run that stopped at once
+
+#: What Ansible prints when it meets a vault it cannot open (ansible-core 2.19).
+VAULT_ERRORS = ("Attempting to decrypt but no vault secrets found", "Decryption failed",
+                "A vault password or secret must be specified to decrypt", "vault password file")
+
+
+def startup_errors(stdout: str) -> list[str]:
+    """Ansible's error lines in a run's output ("[ERROR]: ..." or "ERROR! ..."), each on one line."""
+    errors = []
+    for line in stdout.splitlines():
+        text = line.strip()
+        for prefix in ("[ERROR]:", "ERROR!"):
+            if text.startswith(prefix):
+                errors.append(" ".join(text[len(prefix):].split()))
+    return errors
+
+
+def startup_vault_problems(stdout: str) -> list[str]:
+    """The problems of a run that stopped before its first task because Ansible could not open a
+    vault (a vault that the checks before the run did not see: vault_problems); [] otherwise."""
+    return [f"the run stopped before its first task: Ansible could not open a vault of the inventory ({error}); "
+            f"{VAULT_PASSWORD_HOW}" for error in startup_errors(stdout) if any(v in error for v in VAULT_ERRORS)]

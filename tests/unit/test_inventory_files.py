@@ -308,3 +308,30 @@ def test_the_shortcut_answers_only_what_it_knows():
     assert not inv.surely_has_hosts(groups, "fleet", "router")  # Ansible decides: no host
     assert not inv.surely_has_hosts(groups, "fleet", "cpu-*")  # Ansible decides: a pattern
     assert not inv.surely_has_hosts(groups, "fleet", "gpu-01")  # Ansible decides: unknown here
+
+
+# ------------------------------------------------------------------ a vault met by Ansible itself
+
+STOPPED = """\
+PLAY [Validate the inventory] **************************************************
+[ERROR]: Attempting to decrypt but no vault secrets found.
+"""
+
+
+def test_a_run_stopped_by_a_vault_is_an_invalid_inventory():
+    (p,) = inv.startup_vault_problems(STOPPED)
+    assert p.startswith("the run stopped before its first task: Ansible could not open a vault of the inventory "
+                        "(Attempting to decrypt but no vault secrets found.); give the vault password with")
+    assert inv.startup_vault_problems("ERROR! the playbook: x.yml could not be found\n") == []
+    assert inv.startup_errors("ERROR! the playbook: x.yml  could not be found\n") == [
+        "the playbook: x.yml could not be found"]
+
+
+def test_a_vault_the_checks_missed_still_ends_in_exit_4(vaulted, monkeypatch):
+    """Behind the checks: should a vault get past them, Ansible's own refusal (it stops before its
+    first task, no recap) becomes the invalid inventory it is, not an empty failed run."""
+    monkeypatch.setattr(api, "inventory_run_problems", lambda *a, **k: [])
+    result = api.provision(str(vaulted))
+    assert result.status == "invalid" and result.exit_code == 4 and result.hosts == {}
+    (p,) = result.problems
+    assert "Ansible could not open a vault" in p and "ANSIBLE_VAULT_PASSWORD_FILE" in p
