@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
-
 from vllm_fleet import PROJECT_DIR
+from vllm_fleet import inventory_files as _inventory_files
 from vllm_fleet import secrets as secrets_mod
 
 EXIT_OK = 0
@@ -269,6 +268,8 @@ class _Collector:
         self.components: dict[str, list[dict]] = {}
         self.releases: dict[str, dict] = {}
         self.rollout_reached: list[str] = []
+        #: Events of tasks on hosts (runner_on_*): none when Ansible stopped before its first task.
+        self.task_events = 0
 
     def __call__(self, event: dict) -> bool:
         scrub(event, self.secrets)
@@ -280,6 +281,7 @@ class _Collector:
     def consume(self, event: dict) -> None:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
+        self.task_events += kind.startswith("runner_on_")
         if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res") or {}
             message = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
@@ -349,72 +351,111 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
 
 # ------------------------------------------------------------------ inventory files
 
-class _InventoryLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that accepts Ansible's own tags (!vault, !unsafe, ...) as plain values."""
-
-
-_InventoryLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
-
-
-def inventory_files(inventory: Path) -> list[Path]:
-    """The YAML files Ansible reads for an inventory: the file (or a directory's files) and group_vars/host_vars."""
-    base = inventory if inventory.is_dir() else inventory.parent
-    files = [inventory] if inventory.is_file() else sorted(p for p in inventory.iterdir() if p.is_file())
-    for sub in ("group_vars", "host_vars"):
-        if (base / sub).is_dir():
-            files += sorted(p for p in (base / sub).rglob("*") if p.is_file())
-    # Ansible's YAML inventory and vars plugins read these; others (ini, scripts, .j2) are not ours to judge.
-    return [p for p in files if p.suffix in (".yml", ".yaml", ".json", "") and not p.name.startswith(".")]
-
-
-#: Variables Ansible reads before any host's variables (play keywords: playbooks/converge.yml):
-#: given in an inventory file they would be ignored, so they are refused there.
-EXTRA_VARS_ONLY = frozenset({"fleet_rollout_serial", "fleet_rollout_max_fail_percentage"})
-
-
-def _keys(value: Any) -> set[str]:
-    """Every mapping key at any depth of a parsed YAML document."""
-    if isinstance(value, dict):
-        return {str(k) for k in value} | set().union(*(_keys(v) for v in value.values()))
-    if isinstance(value, list):
-        return set().union(*(_keys(v) for v in value))
-    return set()
+# The checks of the inventory's files themselves live in vllm_fleet.inventory_files (pure);
+# what needs Ansible (the hosts a limit selects, decrypting a vault) is here.
+_InventoryLoader = _inventory_files.InventoryLoader
+inventory_files = _inventory_files.inventory_files
+EXTRA_VARS_ONLY = _inventory_files.EXTRA_VARS_ONLY
 
 
 def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
-    """YAML syntax errors of the inventory's files, each with file, line and column, and variables
-    that only work on the command line (EXTRA_VARS_ONLY); [] when there are none.
+    """Problems of the inventory's files, each with file (and line): YAML syntax errors, keys given
+    twice in one mapping, vars files that are no mapping, inventory files of a shape Ansible
+    would skip, and variables that only work on the command line (EXTRA_VARS_ONLY); [] when
+    there are none.
 
     Checked here, before ansible-runner starts, because Ansible reports a broken
-    group_vars file as a failed run (exit 2) and not as an invalid inventory.
-    Vault-encrypted files are skipped (their syntax is checked once decrypted by Ansible).
+    group_vars file as a failed run (exit 2), or forgives it with a warning, and not as an
+    invalid inventory. Vault-encrypted files are skipped (inventory_run_problems opens them).
     """
-    root = Path(inventory)
-    base = root if root.is_dir() else root.parent
-    problems = []
-    for path in inventory_files(root):
+    return _inventory_files.file_problems(inventory)
+
+
+#: The groups whose hosts a playbook's plays run on (every one imports validate.yml first).
+_PLAYBOOK_GROUPS = {"site.yml": "fleet:router:monitoring"}
+
+
+def _vault_secrets() -> tuple[list, list[str]]:
+    """The vault secrets the run's Ansible would use, from ANSIBLE_VAULT_PASSWORD_FILE and
+    ANSIBLE_VAULT_IDENTITY_LIST of this environment (ansible-runner hands it on; the project's
+    ansible.cfg sets neither), and why each source that gives none is unusable."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.vault import get_file_vault_secret
+
+    sources = [(None, f) for f in [os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE", "")] if f]
+    for item in os.environ.get("ANSIBLE_VAULT_IDENTITY_LIST", "").split(","):
+        label, _, source = item.strip().rpartition("@")
+        if source:
+            sources.append((label or None, source))
+    secrets, unusable = [], []
+    for label, source in sources:
+        if source in ("prompt", "prompt_ask_vault_pass"):
+            unusable.append(f"{source}: vllm-fleet cannot prompt for it")
+            continue
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"inventory file {path.relative_to(base)}: cannot be read: {exc}")
+            secret = get_file_vault_secret(filename=source, vault_id=label, loader=DataLoader())
+            secret.load()
+        except (AnsibleError, OSError) as exc:
+            unusable.append(f"{source}: {' '.join(str(exc).split())}")
             continue
-        if text.lstrip().startswith("$ANSIBLE_VAULT"):
-            continue
+        secrets.append((label or "default", secret))
+    return secrets, unusable
+
+
+def _vault_decrypt(secrets: list, unusable: list[str]) -> Callable[[str], str]:
+    """decrypt(ciphertext) -> text for inventory_files.vault_problems (VaultError when it cannot)."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.vault import VaultLib
+
+    vault = VaultLib(secrets)
+
+    def decrypt(cipher: str) -> str:
+        if not secrets:
+            raise _inventory_files.VaultError("; ".join(unusable), no_password=not unusable)
         try:
-            docs = list(yaml.load_all(text, Loader=_InventoryLoader))  # noqa: S506 - a SafeLoader subclass
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            what = " ".join(str(getattr(exc, "problem", None) or exc).split())
-            context = getattr(exc, "context", None)
-            problems.append(f"inventory file {path.relative_to(base)}{where}: YAML syntax error: {what}"
-                            + (f" ({context})" if context else "") + "; nothing was run")
-            continue
-        for name in sorted(_keys(docs) & EXTRA_VARS_ONLY):
-            problems.append(f"inventory file {path.relative_to(base)} sets {name}: a rollout's batches are decided "
-                            "before any inventory variable is read, so there it would be ignored; give it on the "
-                            f"command line (vllm-fleet rollout --serial/--max-fail-percentage, or -e {name}=...)")
-    return problems
+            return vault.decrypt(cipher.strip()).decode("utf-8")
+        except (AnsibleError, UnicodeDecodeError, ValueError) as exc:
+            raise _inventory_files.VaultError(" ".join(str(exc).split())) from None
+
+    return decrypt
+
+
+def inventory_run_problems(inventory: str | os.PathLike, limit: str | None = None,
+                           playbook: str = "site.yml") -> list[str]:
+    """What would make a run of `playbook` on the inventory fail or touch nothing, found with
+    Ansible's own code before the run: a vault file or value the given passwords cannot open,
+    and no host of the inventory in the run (Ansible skips a play whose hosts match nothing
+    and calls the run successful); [] when there is none."""
+    pattern = _PLAYBOOK_GROUPS.get(playbook, "fleet")
+    vaults = _inventory_files.vault_payloads(inventory)
+    if not vaults and _inventory_files.surely_has_hosts(_inventory_files.yaml_groups(inventory), pattern, limit):
+        return []  # the common case, without importing Ansible (~0.4 s of CPU)
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    loader = DataLoader()
+    if vaults:
+        secrets, unusable = _vault_secrets()
+        problems = _inventory_files.vault_problems(inventory, _vault_decrypt(secrets, unusable))
+        if problems:
+            return problems
+        loader.set_vault_secrets(secrets)  # an encrypted hosts.yml
+    try:
+        manager = InventoryManager(loader=loader, sources=[str(Path(inventory).resolve())])
+        in_inventory = len(manager.get_hosts("all"))
+        # Only the groups the inventory has: Ansible warns about each missing one.
+        present = ":".join(g for g in pattern.split(":") if g in manager.groups)
+        in_groups = len(manager.get_hosts(present)) if present else 0
+        if limit and in_groups:
+            manager.subset(limit)
+        in_run = len(manager.get_hosts(present)) if in_groups else 0
+    except AnsibleError as exc:
+        return [f"inventory {inventory}: Ansible cannot read it: {' '.join(str(exc).split())}"]
+    if not in_run:
+        return [_inventory_files.no_hosts_problem(str(inventory), pattern, limit, in_groups, in_inventory)]
+    return []
 
 
 # ------------------------------------------------------------------ running
@@ -432,7 +473,7 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
         inventory_path = (Path.cwd() / inventory_path) if (Path.cwd() / inventory_path).exists() else PROJECT_DIR / inventory_path
     if not inventory_path.exists():
         raise FileNotFoundError(f"inventory {inventory} does not exist")
-    syntax = inventory_syntax_problems(inventory_path)
+    syntax = inventory_syntax_problems(inventory_path) or inventory_run_problems(inventory_path, limit, playbook)
     if syntax:
         return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status="invalid",
                          rc=EXIT_INVALID_INVENTORY, problems=syntax, started=time.time())
@@ -477,8 +518,20 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
             shutil.rmtree(secret_dir, ignore_errors=True)
     artifacts = Path(runner.config.artifact_dir)
     scrub_tree(artifacts, secret_values)
-    return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=runner.status,
-                     rc=runner.rc, hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
+    status, problems, failures = runner.status, collector.problems, collector.final_failures()
+    if runner.status == "failed" and not collector.stats and not collector.task_events and not failures:
+        # Ansible stopped before its first task (no recap): say why instead of an empty result.
+        stdout = (artifacts / "stdout").read_text(errors="replace") if (artifacts / "stdout").is_file() else ""
+        problems = problems or _inventory_files.startup_vault_problems(stdout)
+        if problems:
+            status = "invalid"
+        else:
+            errors = _inventory_files.startup_errors(stdout)
+            failures = [TaskFailure(host="controller", task="(before the first task)",
+                                    message="; ".join(errors) or f"ansible-playbook exited with {runner.rc}; "
+                                                                 f"its output: {artifacts / 'stdout'}")]
+    return RunResult(playbook=playbook, inventory=str(inventory), limit=limit, check=check, status=status,
+                     rc=runner.rc, hosts=collector.hosts(), failures=failures, problems=problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
                      task_durations=collector.task_durations, check_stopped=collector.check_stopped,
                      components=collector.components, releases=collector.releases,
