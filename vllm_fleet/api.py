@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from vllm_fleet import PROJECT_DIR
-from vllm_fleet import inventory_files as _inventory_files
+from vllm_fleet.validation import files as _inventory_files
 from vllm_fleet import secrets as secrets_mod
 
 EXIT_OK = 0
@@ -351,7 +351,7 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
 
 # ------------------------------------------------------------------ inventory files
 
-# The checks of the inventory's files themselves live in vllm_fleet.inventory_files (pure);
+# The checks of the inventory's files themselves live in vllm_fleet.validation.files (pure);
 # what needs Ansible (the hosts a limit selects, decrypting a vault) is here.
 _InventoryLoader = _inventory_files.InventoryLoader
 inventory_files = _inventory_files.inventory_files

@@ -3,7 +3,7 @@ file (and line) and what is accepted, before ansible-runner starts; never exit 0
 result. Each case is a tiny inventory in tmp_path; its one host is on a closed port
 (127.0.0.1:1), so even a run that got through would contact no real node.
 
-vllm_fleet.inventory_files is pure (stdlib + yaml); api.inventory_run_problems adds what
+vllm_fleet.validation.files is pure (stdlib + yaml); api.inventory_run_problems adds what
 needs Ansible (the run's hosts after -l, decrypting vaults).
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import EXAMPLE, ROOT
 from vllm_fleet import api, cli
-from vllm_fleet import inventory_files as inv
+from vllm_fleet.validation import files as inv
 
 HOSTS = """\
 all:

@@ -15,6 +15,9 @@ module per class, each applied to every variable of its class wherever it sits:
 - accounts (accounts.py): the service user is no account of the system or of the admin;
 - names (names.py): model, served and unit names of a safe character set and length;
 
+- inventory files (files.py): a file Ansible would forgive (no host in the run, a vars file
+  that is no mapping, a key given twice, a vault it cannot open), checked before a run starts;
+
 and by concern: the JSON Schema (schema.py), role argument specs (roles.py), `vllm serve`
 options against the pinned releases' parsers (serve.py), each vendor's rules
 (vendor_rules.py), the routers (router_hosts.py), monitoring (monitoring_hosts.py), models

@@ -1,4 +1,4 @@
-"""An inventory's files, checked before ansible-runner starts (issue 19).
+"""Inventory files: checked before ansible-runner starts.
 
 Ansible forgives a broken inventory file: a vars file that is a list, a group whose `hosts:`
 is a list, a key given twice, an inventory with no host, a vault it cannot open each end as a
