@@ -8,8 +8,8 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
-from vllm_fleet.models import DATA_DIR
-from vllm_fleet.validation.problem import _describe, _numeric
+from vllm_fleet.models import DATA_DIR, flag_key
+from vllm_fleet.validation.problem import Problem, _describe, _numeric
 
 SERVE_OPTIONS_FILE = DATA_DIR / "serve_options.json"
 #: What vLLM checks only when the engine starts (minutes into a unit's life), checked here.
@@ -147,4 +147,35 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
                 if rule and number is not None and not rule[0](number):
                     problems.append(f"{where}: out of range for {flag}; accepted: {rule[1]} (vLLM checks it only "
                                     "when the engine starts)")
+    return problems
+
+
+def _serve_mappings(host_vars: dict):
+    """(variable path, serve mapping) of every `serve` the host's variables give: the group's
+    defaults, each launch profile's and each model's (enabled or not)."""
+    if isinstance(host_vars.get("fleet_serve_defaults"), dict):
+        yield ("fleet_serve_defaults",), host_vars["fleet_serve_defaults"]
+    profiles = host_vars.get("fleet_launch_profiles")
+    for name, profile in (profiles.items() if isinstance(profiles, dict) else []):
+        if isinstance(profile, dict) and isinstance(profile.get("serve"), dict):
+            yield ("fleet_launch_profiles", name, "serve"), profile["serve"]
+    models = host_vars.get("fleet_models")
+    for i, model in enumerate(models if isinstance(models, list) else []):
+        if isinstance(model, dict) and isinstance(model.get("serve"), dict):
+            yield ("fleet_models", i, "serve"), model["serve"]
+
+
+def spelling_problems(host_vars: dict) -> list[str]:
+    """One option under two spellings in one `serve` (max_model_len and max-model-len, tp and
+    tensor_parallel_size): which one wins would be an accident of YAML's key order."""
+    problems = []
+    for path, serve in _serve_mappings(host_vars):
+        seen: dict[str, str] = {}
+        for key in serve:
+            flag = flag_key(str(key))
+            if flag in seen:
+                problems.append(str(Problem(path + (str(key),), serve[key],
+                                            f"is option --{flag.replace('_', '-')} again (as {seen[flag]!r})",
+                                            "each option once per serve, in either spelling")))
+            seen.setdefault(flag, str(key))
     return problems
