@@ -35,11 +35,11 @@ from typing import Any, Callable
 
 from vllm_fleet import models as fleet_models
 from vllm_fleet import router
+from vllm_fleet.secrets import MASK, mask_text, scrub_bytes
 
 BENCH_DATA = fleet_models.DATA_DIR / "bench"
 CONVERSATIONS_FILE = BENCH_DATA / "seed000_conversations.json"
 SEED_RESULTS_FILE = BENCH_DATA / "seed000_results.tsv"
-MASK = "********"  # as vllm_fleet.api.MASK (not imported: the API module pulls in ansible-runner)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -392,7 +392,7 @@ def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = N
                 log(f"{target.host} {target.name}: conversation {number} turn {ti + 1}: {figures['chars']} chars "
                     f"in {figures['total_s']:.2f} s")
     except (requests.RequestException, BenchError, ValueError) as exc:
-        result.error = str(exc).replace(target.api_key, MASK) if target.api_key else str(exc)
+        result.error = mask_text(str(exc), [target.api_key]) if target.api_key else str(exc)
     finally:
         if own_session:
             session.close()
@@ -640,7 +640,9 @@ def run_evalscope(targets: list[Target], *, checks: list[str], out_dir: str | os
                 row["log"] = str(base / f"{check}.log")
                 if t.api_key:  # evalscope logs its arguments, the key among them
                     for path in base.rglob("*"):
-                        if path.is_file() and t.api_key.encode() in path.read_bytes():
-                            path.write_bytes(path.read_bytes().replace(t.api_key.encode(), MASK.encode()))
+                        if path.is_file():
+                            data = path.read_bytes()
+                            if scrub_bytes(data, [t.api_key]) != data:
+                                path.write_bytes(scrub_bytes(data, [t.api_key]))
             rows.append(row)
     return rows
