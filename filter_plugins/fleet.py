@@ -205,6 +205,14 @@ def plain_word(value):
         raise AnsibleFilterError(f"plain_word: {exc}") from exc
 
 
+def single_word(value):
+    """A value without whitespace or control characters (vllm_fleet.render.single_word), or an error."""
+    try:
+        return render.single_word(_plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"single_word: {exc}") from exc
+
+
 def systemd_text(value):
     """Free text of a systemd unit line, % doubled (vllm_fleet.render.systemd_text), or an error."""
     try:
@@ -310,6 +318,7 @@ class FilterModule:
             "shell_command": shell_command,
             "env_file": env_file,
             "plain_word": plain_word,
+            "single_word": single_word,
             "systemd_text": systemd_text,
             "haproxy_quote": haproxy_quote,
             "tiktoken_cache_key": tiktoken_cache_key,

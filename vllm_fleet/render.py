@@ -69,7 +69,7 @@ def systemd_quote(arg: str) -> str:
 # (HAProxy, systemd settings, environment files, the ARGS= that Debian's units split):
 # no space, quote, backslash, `#` (comments), `$` (variables), `%` (systemd's specifiers),
 # `;` or control character.
-_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./\[\]-]+$")
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./\[\]~-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -82,7 +82,19 @@ def plain_word(value: Any) -> str:
     duration or an account name never needs more; anything else is refused, not mangled."""
     text = str(value)
     if not _PLAIN_WORD.match(text):
-        raise ValueError(f"{text!r} is not one plain word (letters, digits and _@+=:,./[]- only): it would "
+        raise ValueError(f"{text!r} is not one plain word (letters, digits and _@+=:,./[]~- only): it would "
+                         "change the meaning of the line it is written into")
+    return text
+
+
+def single_word(value: Any) -> str:
+    """`value` unchanged when it is not empty and has no whitespace or control character, else
+    ValueError: for formats that split a line on spaces and end it at a newline but give no
+    other character a meaning mid-line (deb822 apt sources and preferences, pip.conf, which
+    pip reads with RawConfigParser). A URL keeps its `%`-escapes and query there."""
+    text = str(value)
+    if not text or re.search(r"[\s\x00-\x1f\x7f]", text):
+        raise ValueError(f"{text!r} is empty or has a space, a newline or another control character: it would "
                          "change the meaning of the line it is written into")
     return text
 

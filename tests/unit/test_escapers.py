@@ -15,7 +15,7 @@ from vllm_fleet import render
 FILTERS = FilterModule().filters()
 HOSTILE = ["0.0.0.0 backup", "a#b", "${HOME}", "$(id)", "100%", "it's", 'say "hi"', "back\\slash", "a;b",
            "", "  ", "é", "a\tb", "x\ny", "end\\", "line\r", "nul\x00"]
-PLAIN = ["0.0.0.0", "::", "[::1]:9000", "192.0.2.7:8000", "/var/lib/prometheus/node-exporter", "10m", "vllm",
+PLAIN = ["0.0.0.0", "::", "[::1]:9000", "1.17.4-1~ubuntu22.04", "192.0.2.7:8000", "/var/lib/prometheus/node-exporter", "10m", "vllm",
          "model_qwen3-0.6b", "leastconn", "0660", "1.5"]
 CONTROL = ("\n", "\r", "\t", "\x00")
 
@@ -70,3 +70,14 @@ def test_systemd_text_doubles_specifiers_and_refuses_line_breakers(value):
     # systemd resolves %% to %, and no other specifier is left in the text.
     assert text.replace("%%", "").count("%") == 0
     assert text.replace("%%", "%") == value
+
+
+@pytest.mark.parametrize("value", PLAIN + HOSTILE + ["https://user:p%40ss@mirror.example/simple?x=1&y=$z"])
+def test_single_word_keeps_urls_whole_and_refuses_spaces_and_line_breaks(value):
+    if not value or any(c.isspace() or ord(c) < 32 for c in value):
+        with pytest.raises(AnsibleFilterError, match="^single_word: "):
+            FILTERS["single_word"](value)
+        return
+    assert render.single_word(value) == FILTERS["single_word"](value) == value
+    # One field of a line split on spaces, as deb822 and pip.conf lists are.
+    assert f"URIs: {value} other".split() == ["URIs:", value, "other"]
