@@ -74,3 +74,31 @@ def test_a_value_that_would_break_its_line_is_refused(tmp_path):
     text = " ".join(proc.stdout.split())
     assert "plain_word: 'vllm\\nExecStartPre=/bin/sh -c id' is not one plain word" in text, text[-3000:]
     assert "vllm-tiny.service" not in units
+
+
+def test_apt_sources_take_each_value_as_one_word_or_refuse_it(tmp_path):
+    apt = ROOT / "roles" / "apt_packages" / "templates" / "etc" / "apt"
+
+    def sources(uris: list[str]) -> object:
+        book = tmp_path / "apt.yml"
+        book.write_text(yaml.safe_dump([{"name": "Apt", "hosts": "all", "gather_facts": False, "tasks": [
+            {"name": "Sources", "ansible.builtin.template": {
+                "src": str(apt / "sources.list.d/repository.sources.j2"), "dest": str(tmp_path / "x.sources"),
+                "mode": "0644"},
+             "vars": {"apt_packages_set": "nvidia-driver", "_apt_packages_keyrings": "/etc/apt/keyrings",
+                      "apt_packages_repository": {"name": "mirror", "uris": uris, "suites": ["jammy"]}}},
+            {"name": "Pins", "ansible.builtin.template": {
+                "src": str(apt / "preferences.d/pinned.j2"), "dest": str(tmp_path / "pinned"), "mode": "0644"},
+             "vars": {"apt_packages_set": "nvidia-driver",
+                      "apt_packages_pinned": {"nvidia-container-toolkit": "1.17.4-1~ubuntu22.04"}}}]}]))
+        return ansible_playbook("-i", "localhost,", "-c", "local", "-e",
+                                f"ansible_python_interpreter={sys.executable}", str(book))
+
+    proc = sources(["https://user:p%40ss@mirror.example/ubuntu"])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "URIs: https://user:p%40ss@mirror.example/ubuntu\n" in (tmp_path / "x.sources").read_text()
+    assert "Pin: version 1.17.4-1~ubuntu22.04\n" in (tmp_path / "pinned").read_text()
+    (tmp_path / "x.sources").unlink()
+    proc = sources(["https://mirror.example/ubuntu\nTrusted: yes"])
+    assert proc.returncode != 0 and not (tmp_path / "x.sources").exists()
+    assert "single_word: " in proc.stdout, proc.stdout[-3000:]
