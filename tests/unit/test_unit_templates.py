@@ -5,7 +5,6 @@ setting, `%` is no specifier, and what cannot be written safely is refused."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
