@@ -197,6 +197,38 @@ def env_file(env):
         raise AnsibleFilterError(f"env_file: {exc}") from exc
 
 
+def plain_word(value):
+    """A value that must stay one word where it lands (vllm_fleet.render.plain_word), or an error."""
+    try:
+        return render.plain_word(_plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"plain_word: {exc}") from exc
+
+
+def single_word(value):
+    """A value without whitespace or control characters (vllm_fleet.render.single_word), or an error."""
+    try:
+        return render.single_word(_plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"single_word: {exc}") from exc
+
+
+def systemd_text(value):
+    """Free text of a systemd unit line, % doubled (vllm_fleet.render.systemd_text), or an error."""
+    try:
+        return render.systemd_text(_plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"systemd_text: {exc}") from exc
+
+
+def haproxy_quote(value):
+    """One word of an HAProxy configuration line (vllm_fleet.render.haproxy_quote), or an error."""
+    try:
+        return render.haproxy_quote(_plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"haproxy_quote: {exc}") from exc
+
+
 def tiktoken_cache_key(url):
     if not isinstance(url, str) or "://" not in url:
         raise AnsibleFilterError(f"tiktoken_cache_key: expected a URL, got {url!r}")
@@ -285,6 +317,10 @@ class FilterModule:
             "systemd_command": systemd_command,
             "shell_command": shell_command,
             "env_file": env_file,
+            "plain_word": plain_word,
+            "single_word": single_word,
+            "systemd_text": systemd_text,
+            "haproxy_quote": haproxy_quote,
             "tiktoken_cache_key": tiktoken_cache_key,
             "fleet_units_to_start": fleet_units_to_start,
             "fleet_install_action": fleet_install_action,

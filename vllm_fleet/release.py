@@ -22,6 +22,12 @@ MARKER = ".vllm-fleet-release.json"
 # The node's activation history (one release id a line, the current one last).
 HISTORY = "history"
 ID_LENGTH = 12
+_ID_CHARS = frozenset("0123456789abcdef")
+
+
+def is_release_id(name: str) -> bool:
+    """Whether `name` is spelled as `release_id` spells ids (the fleet's own naming)."""
+    return len(name) == ID_LENGTH and set(name) <= _ID_CHARS
 
 
 def _content(value):
@@ -59,12 +65,15 @@ def release_state(dirs: list[str], complete: list[str], current: str, history: l
 
     previous: the most recently current complete release other than the current one
     ("" = none, nothing to roll back to); prune: the directories to remove (complete
-    releases beyond `keep`, in the history's order, and incomplete ones), never the
-    current, the wanted or the previous one.
+    releases beyond `keep`, in the history's order, and incomplete ones, which only a
+    release id names), never the current, the wanted or the previous one.
     """
     if keep < 1:
         raise ValueError(f"fleet_releases_keep must be at least 1, got {keep}")
-    present = set(dirs)
+    # A release is a directory that holds the marker or that is named as the fleet names
+    # releases (an install interrupted before its marker); anything else in the directory
+    # is someone else's and is never pruned.
+    present = {d for d in dirs if d in complete or is_release_id(d)}
     done = [r for r in complete if r in present]
     # Each id once, most recently current last; complete releases that were never current
     # (installed, then the run stopped before the switch) count as oldest.

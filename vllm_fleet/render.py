@@ -65,6 +65,69 @@ def systemd_quote(arg: str) -> str:
     return f'"{escaped}"'
 
 
+# Characters no line-based configuration a role writes gives a meaning to inside a word
+# (HAProxy, systemd settings, environment files, the ARGS= that Debian's units split):
+# no space, quote, backslash, `#` (comments), `$` (variables), `%` (systemd's specifiers),
+# `;` or control character.
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./\[\]~-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def plain_word(value: Any) -> str:
+    """`value` unchanged when it is one plain word (_PLAIN_WORD), else ValueError.
+
+    For the places that cannot quote: systemd's User=, Group=, WorkingDirectory= and
+    EnvironmentFile= take the rest of the line as it is, and a word of Debian's
+    ARGS="..." is split on spaces with no quoting at all. A listen address, a path, a
+    duration or an account name never needs more; anything else is refused, not mangled."""
+    text = str(value)
+    if not _PLAIN_WORD.match(text):
+        raise ValueError(f"{text!r} is not one plain word (letters, digits and _@+=:,./[]~- only): it would "
+                         "change the meaning of the line it is written into")
+    return text
+
+
+def single_word(value: Any) -> str:
+    """`value` unchanged when it is not empty and has no whitespace or control character, else
+    ValueError: for formats that split a line on spaces and end it at a newline but give no
+    other character a meaning mid-line (deb822 apt sources and preferences, pip.conf, which
+    pip reads with RawConfigParser). A URL keeps its `%`-escapes and query there."""
+    text = str(value)
+    if not text or re.search(r"[\s\x00-\x1f\x7f]", text):
+        raise ValueError(f"{text!r} is empty or has a space, a newline or another control character: it would "
+                         "change the meaning of the line it is written into")
+    return text
+
+
+def systemd_text(value: Any) -> str:
+    """Free text of a systemd unit setting (Description=, a time span) or of a comment line:
+    `%` doubled (systemd resolves specifiers in settings and undoes `%%`); refused when it
+    holds a control character (a newline would start a setting of its own) or ends in a
+    backslash (which continues the line)."""
+    text = str(value)
+    if _CONTROL.search(text) or text.endswith("\\"):
+        raise ValueError(f"{text!r} has a control character (a newline) or ends in a backslash, which a systemd "
+                         "unit line cannot carry")
+    return text.replace("%", "%%")
+
+
+def haproxy_quote(value: Any) -> str:
+    """One word of an HAProxy configuration line, as HAProxy's parser reads it back.
+
+    A plain word (_PLAIN_WORD) is written as it is. Anything else goes inside single
+    quotes, HAProxy's strong quoting (no backslash escapes, no "${VAR}" expansion, `#`
+    and spaces literal), a single quote itself as \\' between quoted parts: the same
+    rules as a POSIX shell's for this subset. A control character is refused: a newline
+    ends the line whatever the quoting."""
+    text = str(value)
+    if _CONTROL.search(text):
+        raise ValueError(f"{text!r} has a control character (a newline), which an HAProxy configuration line "
+                         "cannot carry")
+    if _PLAIN_WORD.match(text):
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
 def systemd_command(argv: Iterable[str]) -> str:
     return " ".join(systemd_quote(str(a)) for a in argv)
 

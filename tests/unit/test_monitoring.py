@@ -356,3 +356,40 @@ def test_copy_of_fleet_is_not_mutated_by_targets():
     monitoring.model_targets(hosts)
     monitoring.api_keys(hosts)
     assert hosts == before
+
+
+def test_inventory_strings_reach_the_yaml_as_strings_and_args_as_one_word(tmp_path):
+    """A duration with a quote, `#` and a newline reads back from prometheus.yml and the rules
+    as the same string (promtool then refuses it, the document stays whole); a listen address
+    with a space, which would add a flag to Debian's $ARGS, is refused."""
+    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+    hostile = '15s" # x\n  evil: 1'
+    book = tmp_path / "play.yml"
+    book.write_text(f"""
+- hosts: monitoring
+  gather_facts: false
+  vars: {json.dumps(defaults)}
+  vars_files: [{ROLE}/vars/main.yml]
+  tasks:
+    - ansible.builtin.template:
+        src: {ROLE}/templates/etc/prometheus/{{{{ item }}}}.j2
+        dest: {tmp_path}/{{{{ item | basename }}}}
+        mode: "0644"
+      loop: [prometheus.yml, rules/vllm-fleet.rules.yml]
+      vars:
+        monitoring_scrape_interval: {json.dumps(hostile)}
+        monitoring_alert_engine_down_for: {json.dumps(hostile)}
+    - ansible.builtin.template:
+        src: {ROLE}/templates/etc/default/prometheus.j2
+        dest: {tmp_path}/default-prometheus
+        mode: "0644"
+      vars:
+        monitoring_prometheus_listen_address: "0.0.0.0 --web.enable-admin-api"
+""")
+    proc = ansible_playbook("-i", str(_inventory(tmp_path)), str(book))
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    assert config["global"]["scrape_interval"] == hostile and "evil" not in config["global"]
+    rules = yaml.safe_load((tmp_path / "vllm-fleet.rules.yml").read_text())
+    assert rules["groups"][0]["rules"][0]["for"] == hostile
+    assert proc.returncode != 0 and not (tmp_path / "default-prometheus").exists()
+    assert "plain_word: '0.0.0.0 --web.enable-admin-api' is not one plain word" in proc.stdout, proc.stdout[-3000:]

@@ -53,3 +53,16 @@ def test_a_venv_left_without_pip_is_created_again_then_left_alone(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:]
     assert changed(again) == 0, again.stdout[-3000:]
     assert "TASK [python_env : Create the virtualenv]" not in again.stdout
+
+
+def test_a_directory_that_is_not_a_venv_is_never_cleared(tmp_path):
+    # python_env_path pointed at someone's directory: venv --clear would empty it.
+    venv = tmp_path / "opt"
+    venv.mkdir()
+    (venv / "data").write_text("keep\n")
+
+    proc = run_role(tmp_path, venv)
+    assert proc.returncode != 0
+    assert "is not empty and not a virtualenv (no pyvenv.cfg): it was not made by vllm-fleet" in \
+        " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert sorted(p.name for p in venv.iterdir()) == ["data"] and (venv / "data").read_text() == "keep\n"

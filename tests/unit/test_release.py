@@ -136,13 +136,20 @@ def test_prune_keeps_the_current_and_keep_minus_one_most_recent_others():
 
 
 def test_an_incomplete_release_is_never_previous_and_is_pruned_unless_wanted():
+    half = "0123456789ab"  # no marker: only its name, a release id, says it is the fleet's
     # B's install was interrupted (no marker): A stays the one to go back to.
-    state = release.release_state(["A", "B"], ["A"], "A", ["A"], wanted="B")
-    assert state["incomplete"] == ["B"] and not state["wanted_complete"]
-    assert state["previous"] == "" and "B" not in state["prune"]
+    state = release.release_state(["A", half], ["A"], "A", ["A"], wanted=half)
+    assert state["incomplete"] == [half] and not state["wanted_complete"]
+    assert state["previous"] == "" and half not in state["prune"]
     # Once the matrix moved on to C, the half-installed B goes.
-    state = release.release_state(["A", "B", "C"], ["A", "C"], "C", ["A", "C"], wanted="C")
-    assert state["previous"] == "A" and state["prune"] == ["B"]
+    state = release.release_state(["A", half, "C"], ["A", "C"], "C", ["A", "C"], wanted="C")
+    assert state["previous"] == "A" and state["prune"] == [half]
+
+
+def test_a_directory_neither_marked_nor_named_as_a_release_is_never_pruned():
+    state = release.release_state(["A", "C", "backup", "0123456789AB"], ["A", "C"], "C", ["A", "C"], wanted="C",
+                                  keep=1)
+    assert state["prune"] == ["A"] and state["incomplete"] == []
 
 
 def test_a_history_entry_without_its_directory_is_forgotten_and_a_never_current_release_counts_oldest():

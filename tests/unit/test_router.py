@@ -197,3 +197,32 @@ def test_validate_play_checks_routers_against_the_whole_fleet(tmp_path):
     assert "host router-01: router_models[1].name = 'qwen3-6b': no fleet node serves" in proc.stdout
     assert "did you mean 'qwen3-0.6b'?" in proc.stdout
     assert "fleet_accelerator" not in proc.stdout
+
+
+def test_inventory_strings_reach_the_config_as_one_word_each(tmp_path):
+    """A listen address or a timeout carrying a space, `#` or `$` ends up as one quoted word
+    (HAProxy would refuse the address, not read a second one or a comment)."""
+    out = tmp_path / "haproxy.cfg"
+    defaults = yaml.safe_load((ROOT / "roles/router/defaults/main.yml").read_text())
+    for name in ("router_models", "router_listen_address", "router_timeout_client"):
+        defaults.pop(name)
+    proc = _playbook(tmp_path, _inventory(tmp_path), f"""
+- hosts: router
+  gather_facts: false
+  vars: {json.dumps(defaults)}
+  vars_files: [{ROOT}/roles/router/vars/main.yml]
+  tasks:
+    - ansible.builtin.template:
+        src: {ROOT}/roles/router/templates/etc/haproxy/haproxy.cfg.j2
+        dest: {out}
+        mode: "0644"
+      vars:
+        router_listen_address: "127.0.0.1:1 # ${{HOME}}"
+        router_timeout_client: "10m' 5s"
+""")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    from tests.unit.test_escapers import haproxy_read
+
+    lines = [haproxy_read(line) for line in out.read_text().splitlines()]
+    assert ["bind", "127.0.0.1:1 # ${HOME}:9000"] in lines and ["bind", "127.0.0.1:1 # ${HOME}:9001"] in lines
+    assert ["timeout", "client", "10m' 5s"] in lines
