@@ -52,7 +52,7 @@ def test_disk_full_during_a_model_fetch_fails_clearly_and_writes_nothing_to_the_
     assert again.returncode == 0, again.stdout[-4000:]
     assert lab.run(LAB, NODE, f"ls -A {MODELS}").split() == ["GPT-OSS"]
     files = lab.manifest(LAB)["hub"][REPO]["files"]
-    listing = lab.run(LAB, NODE, f"cd {MODEL} && find . -type f ! -name .vllm-fleet-complete -printf '%P\\n' "
+    listing = lab.run(LAB, NODE, f"cd {MODEL} && find . -type f ! -name '.vllm-fleet-*' -printf '%P\\n' "
                                  f"| sort | xargs -d '\\n' sha256sum --").splitlines()
     assert {name: digest for digest, name in (line.split(maxsplit=1) for line in listing)} == \
         {name: f["sha256"] for name, f in files.items()}
