@@ -64,6 +64,7 @@ def _class_problems(host_vars: dict) -> list[str]:
     problems += secrets.secret_problems(host_vars)
     problems += accounts.account_problems(host_vars)
     problems += names.name_problems(host_vars)
+    problems += ports.connection_problems(host_vars)
     return problems
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from vllm_fleet import monitoring, router
 from vllm_fleet.cluster import cluster_address
+from vllm_fleet.validation.problem import Problem
 from vllm_fleet.validation.specs import role_default
 
 #: Ports below this one need privileges the model units do not have (they run unprivileged).
@@ -35,6 +36,8 @@ class Claim:
     where: str  #: the claimant's variable, as its problem starts ("model x: port 8000")
     ssh: bool = False
     model: bool = False
+    #: A role variable whose range types.py checks already (only the clash with SSH is said here).
+    typed: bool = False
 
 
 def _groups(host_vars: dict) -> set[str]:
@@ -94,19 +97,19 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
             if isinstance(entry, dict) and is_port_number(entry.get("port")):
                 out.append(Claim(host, _address(host, host_vars), entry["port"],
                                  f"the router port of {entry.get('name')!r} on {host}",
-                                 f"router_models[{i}].port = {entry['port']}"))
+                                 f"router_models[{i}].port = {entry['port']}", typed=True))
     if any("monitoring" in _groups(v) for v in all_hosts.values()):
         watched = sorted(h for h, v in all_hosts.items() if {"fleet", "monitoring"} & _groups(v))
         for host in watched:
             port = monitoring.exporter_port(all_hosts[host])
             if is_port_number(port):
                 out.append(Claim(host, _address(host, all_hosts[host]), port, f"the node exporter of {host}",
-                                 f"monitoring_node_exporter_port = {port}"))
+                                 f"monitoring_node_exporter_port = {port}", typed=True))
         for host in sorted(h for h, v in all_hosts.items() if "monitoring" in _groups(v)):
             port = all_hosts[host].get("monitoring_prometheus_port", role_default("monitoring_prometheus_port"))
             if is_port_number(port):
                 out.append(Claim(host, _address(host, all_hosts[host]), port, f"Prometheus of {host}",
-                                 f"monitoring_prometheus_port = {port}"))
+                                 f"monitoring_prometheus_port = {port}", typed=True))
     return out
 
 
@@ -119,12 +122,12 @@ def _declared_port(host_vars: dict, name: str):
 
 def _range_problem(claim: Claim, ssh: int) -> str | None:
     if claim.ssh:
-        if not 1 <= claim.port <= LAST_PORT:
-            return f"{claim.where}: no TCP port; accepted: 1-{LAST_PORT}"
-        return None
+        return None  # connection_problems
     if claim.port == ssh and claim.address:
         return (f"{claim.where} is the node's own SSH port (ansible_port = {ssh}); accepted: a port no other service "
                 "of the node listens on")
+    if claim.typed:
+        return None
     if claim.port < FIRST_UNPRIVILEGED_PORT:
         return (f"{claim.where} is a privileged port (below {FIRST_UNPRIVILEGED_PORT}), which the unprivileged "
                 f"services cannot listen on; accepted: {FIRST_UNPRIVILEGED_PORT}-{LAST_PORT}, e.g. 8000")
@@ -161,3 +164,17 @@ def listener_problems(all_hosts: dict[str, dict], run_hosts: list[str],
             problems.append(f"host {claim.host}: {claim.where}: port {claim.port} on address {claim.address} is "
                             f"already {holder.who}; accepted: a port nothing else on that address listens on")
     return problems
+
+
+def connection_problems(host_vars: dict) -> list[str]:
+    """ansible_port: the SSH port Ansible connects to, a whole number 1-65535 (INI inventories
+    give it as a numeric string, which Ansible takes)."""
+    if "ansible_port" not in host_vars:
+        return []
+    port = host_vars["ansible_port"]
+    if isinstance(port, str) and port.strip().isdigit():
+        port = int(port)
+    if is_port_number(port) and 1 <= port <= LAST_PORT:
+        return []
+    return [str(Problem(("ansible_port",), host_vars["ansible_port"], "is not a TCP port",
+                        f"the SSH port of the host, 1-{LAST_PORT} (22 unless sshd listens elsewhere)"))]
