@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR
+from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR, cache_lock
 
 # Identity and date of every commit the lab makes, so commit ids never change.
 _GIT_ENV = {
@@ -203,6 +203,17 @@ def download_real_wheels(out_dir: Path, log=print) -> list[Path]:
     reqs = FIXTURES_DIR / "wheels" / "real-requirements.txt"
     key = hashlib.sha256(reqs.read_bytes()).hexdigest()[:12]
     cache = CACHE_DIR / "wheels" / key
+    with cache_lock(cache):
+        _download_real_wheels(cache, reqs, log)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for whl in sorted(cache.glob("*.whl")):
+        shutil.copy2(whl, out_dir / whl.name)
+        copied.append(out_dir / whl.name)
+    return copied
+
+
+def _download_real_wheels(cache: Path, reqs: Path, log) -> None:
     if not (cache / ".complete").exists():
         log("downloading the real wheels lab nodes need (openai-harmony, build tools) into the lab cache")
         cache.mkdir(parents=True, exist_ok=True)
@@ -214,12 +225,6 @@ def download_real_wheels(out_dir: Path, log=print) -> list[Path]:
         if proc.returncode != 0:
             raise RuntimeError(f"pip download for the lab index failed:\n{proc.stderr[-2000:]}")
         (cache / ".complete").write_text("ok\n")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for whl in sorted(cache.glob("*.whl")):
-        shutil.copy2(whl, out_dir / whl.name)
-        copied.append(out_dir / whl.name)
-    return copied
 
 
 def sys_python() -> str:
@@ -257,6 +262,14 @@ def build_o200k(out_file: Path, expected_sha256: str, log=print) -> str:
     """
     cache = CACHE_DIR / "npm"
     cache.mkdir(parents=True, exist_ok=True)
+    with cache_lock(cache):
+        tarballs = _tiktoken_tarballs(cache, log)
+    with tarfile.open(tarballs[-1]) as tf:
+        data = json.load(tf.extractfile("package/encoders/o200k_base.json"))
+    return _write_o200k(data, out_file, expected_sha256)
+
+
+def _tiktoken_tarballs(cache: Path, log) -> list[Path]:
     tarballs = sorted(cache.glob("tiktoken-*.tgz"))
     if not tarballs:
         if shutil.which("npm") is None:
@@ -266,8 +279,10 @@ def build_o200k(out_file: Path, expected_sha256: str, log=print) -> str:
         if proc.returncode != 0:
             raise RuntimeError(f"npm pack tiktoken failed: {proc.stderr.strip()}")
         tarballs = sorted(cache.glob("tiktoken-*.tgz"))
-    with tarfile.open(tarballs[-1]) as tf:
-        data = json.load(tf.extractfile("package/encoders/o200k_base.json"))
+    return tarballs
+
+
+def _write_o200k(data: dict, out_file: Path, expected_sha256: str) -> str:
     lines = []
     for row in data["bpe_ranks"].split("\n"):
         if not row:

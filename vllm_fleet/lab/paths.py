@@ -87,6 +87,18 @@ def _registry_path() -> Path:
 
 
 @contextlib.contextmanager
+def cache_lock(path: Path):
+    """Hold the lock of one entry of the shared build cache (rootfs, wheels, npm, CPU wheels,
+    tiny models): labs booted at the same moment on a machine without caches (CI on a fresh
+    machine runs five side by side) build each entry once; the others wait, then find it
+    complete. Every writer of CACHE_DIR takes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
 def _registry():
     """The port registry, read and rewritten under an exclusive lock: labs booted at the
     same moment (molecule scenarios and the integration tests run side by side) must

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from vllm_fleet.lab.paths import CACHE_DIR
+from vllm_fleet.lab.paths import CACHE_DIR, cache_lock
 
 SUITE = "bookworm"
 # What a freshly racked inference server of our users has, plus what Ansible needs
@@ -71,10 +71,17 @@ def debian_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
 
 
 def ensure_rootfs(log=print) -> Path:
-    """Return the cached rootfs directory, building it first if needed."""
+    """Return the cached rootfs directory, building it first if needed (once, under the cache's lock)."""
     target = CACHE_DIR / "rootfs" / cache_key()
     if (target / ".vllm-fleet-complete").exists():
         return target
+    with cache_lock(target):
+        if not (target / ".vllm-fleet-complete").exists():
+            _build_rootfs(target, log)
+    return target
+
+
+def _build_rootfs(target: Path, log) -> None:
     if shutil.which("debootstrap") is None:
         raise RuntimeError("debootstrap is not installed: run scripts/setup (apt-get install debootstrap)")
     mirror = debian_mirror()
@@ -92,7 +99,6 @@ def ensure_rootfs(log=print) -> Path:
         if target.exists():
             shutil.rmtree(target)
         build.rename(target)
-    return target
 
 
 def _fixup(root: Path) -> None:

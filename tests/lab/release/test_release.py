@@ -149,7 +149,9 @@ def test_release_switch_and_rollback(lab):
     assert transformers(lab, f"{BASE}/current/venv") == "4.57.1"
     assert web_requests(lab)[requests_before:] == []
     assert chat(lab)
-    assert took_rollback <= 30, f"rollback took {took_rollback:.1f} s"
+    # A switch, not a reinstall: proven by no download above, not by the clock (the figure is
+    # printed; a loaded CI machine doubles it). The bound only catches a rollback that hangs.
+    assert took_rollback <= 180, f"rollback took {took_rollback:.1f} s"
 
     # 4. The matrix still says B: the next converge switches back, restarts, and changes nothing else.
     proc, took_back = converge()
