@@ -335,3 +335,34 @@ def test_a_vault_the_checks_missed_still_ends_in_exit_4(vaulted, monkeypatch):
     assert result.status == "invalid" and result.exit_code == 4 and result.hosts == {}
     (p,) = result.problems
     assert "Ansible could not open a vault" in p and "ANSIBLE_VAULT_PASSWORD_FILE" in p
+
+
+# ------------------------------------------------------------------ a secret written in clear
+
+CLEAR_KEY = "clear-key-0123456789abcdef"
+
+
+@pytest.mark.parametrize("text, where", [
+    (f"fleet_serve_api_key: {CLEAR_KEY}\n", "line 1: fleet_serve_api_key"),
+    (f"model_fetch_tokens:\n  modelscope: {CLEAR_KEY}\n", "line 1: model_fetch_tokens"),
+    (f"fleet_models:\n  - name: m\n    secret_env:\n      VLLM_API_KEY: {CLEAR_KEY}\n",
+     "line 3: fleet_models[0].secret_env"),
+])
+def test_a_secret_written_in_clear_in_an_inventory_file_is_refused_without_its_value(tiny, capsys, text, where):
+    write(tiny, "group_vars/all/keys.yml", text)
+    (p,) = inv.file_problems(tiny)
+    assert p.startswith(f"inventory file group_vars/all/keys.yml, {where} is a secret written in clear"), p
+    assert CLEAR_KEY not in p
+    code, out = provision_json(tiny, capsys=capsys)
+    assert code == 4 and CLEAR_KEY not in json.dumps(out)
+
+
+@pytest.mark.parametrize("text", [
+    "fleet_serve_api_key: \"{{ vault_fleet_key }}\"\n",
+    "fleet_serve_api_key: \"\"\nmodel_fetch_tokens: {}\n",
+    "fleet_serve_api_key: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  3132\n",
+    "fleet_serve_unauthenticated: true\nmax_num_batched_tokens: 8192\ntokenizer_cache: o200k_base\n",
+])
+def test_secrets_by_reference_vault_or_empty_are_no_clear_secret(tiny, text):
+    write(tiny, "group_vars/all/keys.yml", text)
+    assert [p for p in inv.file_problems(tiny) if "in clear" in p] == []

@@ -225,11 +225,13 @@ def test_broken_copy_of_the_example_is_refused_with_every_problem(inventory):
     (inventory / "host_vars").mkdir()
     (inventory / "host_vars" / "musa-01.yml").write_text(yaml.safe_dump({
         "ansible_port": 2201, "fleet_serve_base_port": 2201, "fleet_service_user": "root",
-        "model_fetch_tokens": SECRET}))
+        "model_fetch_tokens": "{{ planted }}"}))
     _edit(gv / "ascend-nodes" / "models.yml", lambda d: d["fleet_models"][0].update({"port": 443, "path": "/home/models/../etc"}))
     _edit(gv / "ascend-nodes" / "serve.yml", lambda d: d["fleet_serve_env"].update({"SPACED": "a b "}))
     (gv / "metax-nodes" / "dirs.yml").write_text("---\nfleet_models_dir: /tmp\nfleet_base_dir: /\n")
-    result = api.run_playbook("playbooks/validate.yml", str(inventory))
+    # A secret of the wrong shape, given as secrets are (in clear in a file it would be refused
+    # before validation: test_inventory_files.py).
+    result = api.run_playbook("playbooks/validate.yml", str(inventory), secrets={"planted": SECRET})
     assert result.exit_code == api.EXIT_INVALID_INVENTORY
     text = "\n".join(result.problems)
     assert "host nvidia-01: is in the vendor groups metax-nodes and nvidia-nodes" in text

@@ -5,7 +5,7 @@ is a list, a key given twice, an inventory with no host, a vault it cannot open 
 warning, a silently dropped value or a run that touches nothing and succeeds. Each is refused
 here with the file (and line) and what is accepted, so the run stops with exit 4.
 
-Pure: the standard library and PyYAML only. What needs Ansible itself (the hosts a limit
+Pure: the standard library, PyYAML and vllm_fleet.secrets only. What needs Ansible itself (the hosts a limit
 selects, decrypting a vault) is done by the caller (vllm_fleet.api) and handed in:
 `vault_problems` takes a `decrypt` function, `no_hosts_problem` the counts it found.
 """
@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from vllm_fleet.secrets import SECRET_NAME
 
 #: Variables Ansible reads before any host's variables (play keywords: playbooks/converge.yml):
 #: given in an inventory file they would be ignored, so they are refused there.
@@ -178,7 +180,7 @@ def _keys(value: Any) -> set[str]:
 
 # ------------------------------------------------------------------ one file
 
-def text_problems(rel: str, text: str, *, vars_file: bool, source_suffix: str = ".yml") -> list[str]:
+def text_problems(rel: str, text: str, *, vars_file: bool, source_suffix: str = ".yml", vaulted: bool = False) -> list[str]:
     """Problems of one inventory file's text (`rel`: its name in messages): YAML syntax, keys given
     twice, a vars file that is not a mapping, an inventory source of the wrong shape, rollout
     settings. Vault-encrypted text is not judged (vault_problems decrypts it)."""
@@ -205,10 +207,47 @@ def text_problems(rel: str, text: str, *, vars_file: bool, source_suffix: str = 
         problems += _vars_file_problems(rel, docs[0] if docs else None, parsed)
     elif docs:
         problems += _source_problems(rel, docs[0], parsed, source_suffix)
+    for doc in docs if not vaulted else []:  # a vault-encrypted file holds its secrets as it should
+        problems += _clear_secret_problems(rel, doc, parsed)
     for name in sorted(_keys(docs) & EXTRA_VARS_ONLY):
         problems.append(f"inventory file {rel} sets {name}: a rollout's batches are decided "
                         "before any inventory variable is read, so there it would be ignored; give it on the "
                         f"command line (vllm-fleet rollout --serial/--max-fail-percentage, or -e {name}=...)")
+    return problems
+
+
+def _clear_secret_problems(rel: str, doc: Any, parsed: Parsed) -> list[str]:
+    """A secret (a key named like one: vllm_fleet.secrets.SECRET_NAME) written in clear in an
+    inventory file, where every reader of the repository and every plan sees it. Accepted: a
+    `!vault` value, a vault-encrypted file, a template naming another variable (`{{ vault_x }}`),
+    or the secret given at run time (--secrets FILE, the API's secrets=)."""
+    problems: list[str] = []
+
+    def clear(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(clear(v) for v in value.values())
+        if isinstance(value, list):
+            return any(clear(v) for v in value)
+        return isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value).strip() != "" \
+            and "{{" not in str(value)
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                name = f"{where}.{key}" if where else str(key)
+                if SECRET_NAME.search(str(key)) and clear(item):
+                    problems.append(f"{_where(rel, parsed.line(value, key))}: {name} is a secret written in clear "
+                                    f"(value not shown); accepted: its value as `!vault` (ansible-vault "
+                                    "encrypt_string), the file vault-encrypted, `{{ another_variable }}` naming a "
+                                    "vaulted one, or the secret given at run time (vllm-fleet --secrets FILE, the "
+                                    "API's secrets=)")
+                else:
+                    walk(item, name)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{where}[{i}]")
+
+    walk(doc, "")
     return problems
 
 
@@ -340,7 +379,7 @@ def vault_problems(inventory: str | os.PathLike, decrypt: Callable[[str], str]) 
             continue
         if line is None:
             problems += [p.replace(f"inventory file {rel}", f"inventory file {rel} (decrypted)", 1)
-                         for p in text_problems(rel, plain, vars_file=is_vars_file(path, root),
+                         for p in text_problems(rel, plain, vars_file=is_vars_file(path, root), vaulted=True,
                                                 source_suffix=path.suffix)]
     return problems
 
