@@ -250,3 +250,20 @@ def test_broken_copy_of_the_example_is_refused_with_every_problem(inventory):
                       "nvidia-01": "invalid", "cpu-01": "valid"}
     assert result.to_dict()["invalid_hosts"] == ["ascend-01", "metax-01", "musa-01", "nvidia-01"]
     assert "cpu-01     valid" in str(result)
+
+
+# ------------------------------------------------------------------ one option, one spelling
+
+def test_an_option_spelled_with_hyphens_once_is_legal(example):
+    serve = example["nvidia-01"]["fleet_models"][0]["serve"]
+    serve["max-model-len"] = serve.pop("max_model_len", 8192)
+    assert problems_for(example, "nvidia-01") == []
+
+
+@pytest.mark.parametrize("first, second", [("max_model_len", "max-model-len"), ("tensor_parallel_size", "tp"),
+                                           ("max_model_len", "--max-model-len")])
+def test_one_option_under_two_spellings_is_refused(example, first, second):
+    serve = example["nvidia-01"]["fleet_models"][0]["serve"]
+    serve[first], serve[second] = serve.get(first, 2), serve.get(first, 2)
+    problems = problems_for(example, "nvidia-01")
+    assert any(f"fleet_models[0].serve.{second} = " in p and "again (as " + repr(first) in p for p in problems), problems
