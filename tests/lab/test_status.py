@@ -55,7 +55,7 @@ def test_status_shows_every_unit_and_tokens_per_second_follow_requests(lab):
                                                                                "controller"), r
         assert r["since"] and r["running"] == 0 and r["waiting"] == 0 and r["tokens_per_s"] == 0, r
     # Read side by side: one window, whatever the number of models and nodes (the wall time,
-    # figures in the README, includes loading the inventory and this machine's load).
+    # figures in docs/performance.md, includes loading the inventory and this machine's load).
     assert idle["duration_s"] - idle["inventory_s"] < 1 + 4, idle  # one after the other: >= 4 windows
     print(f"status on {len(HOSTS)} nodes: {wall:.2f} s wall, {idle['duration_s']} s in status, "
           f"{idle['inventory_s']} s of it loading the inventory")
