@@ -124,3 +124,13 @@ URL_CREDENTIALS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
 def url_has_credentials(value: Any) -> bool:
     """Whether `value` is a URL carrying a password (scheme://user:password@host)."""
     return isinstance(value, str) and bool(URL_CREDENTIALS.match(value.strip()))
+
+
+#: user:password@ anywhere in a text (a URL, or what is left of one after a typo): the password part.
+_CREDENTIALS_IN_TEXT = re.compile(r"([^\s/@:'\"\\]+):([^\s/@'\"\\]+)@(?=[^\s/@'\"\\])")
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with the password of every user:password@ masked, wherever a URL carries one: a
+    message never prints credentials, whatever variable (clear or secret) they came in."""
+    return _CREDENTIALS_IN_TEXT.sub(lambda m: f"{m.group(1)}:{MASK}@", text)

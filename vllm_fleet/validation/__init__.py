@@ -33,7 +33,7 @@ from vllm_fleet.validation.matrix import placeholder_checksums
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.roles import role_default, role_options, role_variable_problems
 from vllm_fleet.validation.router_hosts import router_problems
-from vllm_fleet.validation.schema import fleet_variables, host_document, schema, schema_problems
+from vllm_fleet.validation.schema import fleet_variables, host_document, property_problems, schema, schema_problems
 from vllm_fleet.validation.secrets import mask_secrets
 from vllm_fleet.validation.serve import serve_option_problems, serve_options, spelling_problems
 from vllm_fleet.validation.span import span_problems
@@ -72,27 +72,44 @@ def validate_host(host: str, host_vars: dict) -> tuple[list[str], list[dict]]:
     """The problems of one fleet node (as sentences naming the host) and its resolved models."""
     doc = host_document(host_vars)
     problems = vendor_group_problems(host_vars)
-    problems += schema_problems(doc)
+    shape = schema_problems(doc)
+    problems += shape
     problems += role_variable_problems(host_vars)
     problems += _class_problems(host_vars)
     problems += spelling_problems(host_vars)
     models: list[dict] = []
-    if isinstance(doc.get("fleet_models", []), list) and isinstance(doc.get("fleet_accelerator"), dict):
-        models, model_problems = resolve_models(
-            doc.get("fleet_models"), doc.get("fleet_accelerator"),
-            serve_defaults=doc.get("fleet_serve_defaults"), serve_env=doc.get("fleet_serve_env"),
-            launch_profiles=doc.get("fleet_launch_profiles"), base_port=doc.get("fleet_serve_base_port"),
-            host=host)
-        problems += model_problems
-        problems += paths.model_path_problems(host_vars, models)
-        vendor = doc["fleet_accelerator"].get("vendor")
-        active = [m for m in models if m["enabled"]]
-        for rule in VENDOR_RULES.get(vendor, []):
-            problems += rule(doc, active)
-        # Disabled models are judged like enabled ones: enabling one must not be the
-        # moment a bad flag is found.
-        problems += serve_option_problems(doc, models)
+    try:
+        models, rules = _model_problems(host, doc, host_vars)
+        problems += rules
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+        # The rules below the schema read the shapes it describes: where it found the shape
+        # wrong, what it said is the problem; elsewhere the inventory is still refused.
+        models = []
+        if not shape:
+            problems.append(f"the models could not be read ({type(exc).__name__}: {exc}); accepted: fleet_models, "
+                            "fleet_serve_defaults, fleet_launch_profiles and fleet_accelerator of the shapes "
+                            "vllm_fleet/data/inventory.schema.yml describes")
     return [f"host {host}: {p}" for p in dict.fromkeys(mask_secrets(problems, secret_values(host_vars)))], models
+
+
+def _model_problems(host: str, doc: dict, host_vars: dict) -> tuple[list[dict], list[str]]:
+    if not isinstance(doc.get("fleet_models", []), list) or not isinstance(doc.get("fleet_accelerator"), dict):
+        return [], []
+    models, problems = resolve_models(
+        doc.get("fleet_models"), doc.get("fleet_accelerator"),
+        serve_defaults=doc.get("fleet_serve_defaults"), serve_env=doc.get("fleet_serve_env"),
+        launch_profiles=doc.get("fleet_launch_profiles"), base_port=doc.get("fleet_serve_base_port"),
+        host=host)
+    problems += paths.model_path_problems(host_vars, models)
+    problems += ports.disabled_model_problems(host_vars, doc)
+    vendor = doc["fleet_accelerator"].get("vendor")
+    active = [m for m in models if m["enabled"]]
+    for rule in VENDOR_RULES.get(vendor, []) if isinstance(vendor, str) else []:
+        problems += rule(doc, active)
+    # Disabled models are judged like enabled ones: enabling one must not be the
+    # moment a bad flag is found.
+    problems += serve_option_problems(doc, models)
+    return models, problems
 
 
 def validate_hosts(hosts: dict[str, dict], inventory: dict[str, dict] | None = None) -> list[str]:
@@ -130,15 +147,17 @@ def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list
     others = {h: v for h, v in collected.items() if h not in nodes}
     problems = validate_hosts(nodes, fleet) if nodes else []
     for host in sorted(others):
+        own = property_problems(host_document(others[host])) + role_variable_problems(others[host])
         problems += [f"host {host}: {p}"
-                     for p in mask_secrets(role_variable_problems(others[host]) + _class_problems(others[host]),
-                                           secret_values(others[host]))]
+                     for p in mask_secrets(own + _class_problems(others[host]), secret_values(others[host]))]
     if routers:
         problems += router_problems(routers, fleet)
     if monitors:
         problems += monitoring_problems(monitors, fleet)
     problems += ports.listener_problems(all_hosts, list(collected))
-    return list(dict.fromkeys(problems))
+    # Every message once; secrets of every host, and passwords in URLs, masked in all of them.
+    every_secret = sorted({s for v in all_hosts.values() for s in secret_values(v)}, key=len, reverse=True)
+    return list(dict.fromkeys(mask_secrets(problems, every_secret)))
 
 
 def models_needing(models: list[dict]) -> int:

@@ -9,6 +9,8 @@ one into a nologin account would lock Ansible and the admin out.
 
 from __future__ import annotations
 
+import re
+
 from vllm_fleet.validation.problem import Problem
 
 #: Accounts of the system (Debian's base-passwd and common daemons): never the service user.
@@ -22,9 +24,42 @@ SYSTEM_ACCOUNTS = frozenset([
 #: The variables that name the account Ansible connects as.
 CONNECTION_USERS = ("ansible_user", "ansible_ssh_user", "remote_user")
 ACCEPTED = "a user name only vllm-fleet uses, e.g. 'vllm' (it is created as a nologin system account)"
+#: A POSIX account name (the vendors' own accounts, such as Ascend's HwHiAiUser, have capitals).
+ACCOUNT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,31}\Z")
+#: Groups whose members are root in all but name: never given to a service account.
+PRIVILEGED_GROUPS = frozenset(["root", "sudo", "wheel", "admin", "adm", "docker", "lxd", "disk", "shadow", "kmem",
+                               "systemd-journal", "libvirt"])
+#: Variables naming accounts and groups: fleet_service_user, <role>_user, <role>_group,
+#: <role>_groups (a list).
+_ACCOUNT_VARIABLE = re.compile(r"_(user|group|groups)$")
+
+
+def _account_name_problems(host_vars: dict) -> list[str]:
+    """Every account and group a role variable names: a POSIX name, not root, and no group
+    that makes its members root in all but name."""
+    problems = []
+    for name in sorted(host_vars):
+        if not _ACCOUNT_VARIABLE.search(name) or name in CONNECTION_USERS or name == "fleet_service_user":
+            continue
+        value = host_vars[name]
+        items = [((name, i), v) for i, v in enumerate(value)] if isinstance(value, list) else [((name,), value)]
+        for path, item in items:
+            if not isinstance(item, str) or not ACCOUNT_NAME.match(item):
+                problems.append(str(Problem(path, item, "is not an account or group name",
+                                            "a POSIX name: a letter or '_', then letters, digits, '_' or '-' "
+                                            "(at most 32)")))
+            elif item in PRIVILEGED_GROUPS:
+                problems.append(str(Problem(path, item, "is root, or a group whose members are root in all but name",
+                                            "an unprivileged account or group (the vendor's device group, e.g. "
+                                            "HwHiAiUser, render, video)")))
+    return problems
 
 
 def account_problems(host_vars: dict) -> list[str]:
+    return _account_name_problems(host_vars) + _service_user_problems(host_vars)
+
+
+def _service_user_problems(host_vars: dict) -> list[str]:
     user = host_vars.get("fleet_service_user")
     if not isinstance(user, str):
         return []  # the schema says what a user name is

@@ -15,21 +15,34 @@ import re
 
 from vllm_fleet.validation.problem import Problem, leaves
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@:-]*(/[A-Za-z0-9._+@:-]+)?\Z")
+#: What clients ask for: a hub-style org/model is fine.
+SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@:-]*(/[A-Za-z0-9._+@:-]+)?\Z")
+#: What names a file, a directory, a unit or an environment: one word, no '/'.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@:-]*\Z")
+#: Keys whose values clients send as the model's name (a '/' allowed).
+SERVED_KEYS = ("served_model_name",)
 LONGEST = 128
 NAME_KEYS = ("name", "served_model_name")
-ACCEPTED = (f"1-{LONGEST} letters, digits and '.', '_', '-', '+', '@', ':', with at most one '/' (org/model), "
-            "starting with a letter or digit")
+#: Role variables that name a thing on the node (an image, a conda environment, ...).
+_NAME_VARIABLE = re.compile(r"_name$")
+ACCEPTED = (f"1-{LONGEST} letters, digits and '.', '_', '-', '+', '@', ':', starting with a letter or digit (a "
+            "served model name may have one '/': org/model)")
 
 
-def name_rule(value) -> str | None:
+def name_rule(value, served: bool = False) -> str | None:
     if not isinstance(value, str):
         return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "is not a name (a string)"
     if len(value) > LONGEST:
         return f"is {len(value)} characters long"
-    if not NAME.match(value):
-        return "has characters outside the safe set (spaces, quotes, shell or format characters, or a second '/')"
+    if not (SERVED_NAME if served else NAME).match(value):
+        return ("has characters outside the safe set (spaces, quotes, shell or format characters"
+                + (", or a second '/')" if served else ", or a '/')"))
     return None
+
+
+def _served_context(path: tuple) -> bool:
+    """A served name: under served_model_name, or a router entry's name (which is one)."""
+    return any(p in SERVED_KEYS for p in path) or (len(path) >= 3 and path[0] == "router_models" and path[-1] == "name")
 
 
 def name_problems(host_vars: dict) -> list[str]:
@@ -39,9 +52,11 @@ def name_problems(host_vars: dict) -> list[str]:
         if not path or path[-1] is None:
             continue
         key = path[-1] if isinstance(path[-1], str) else (path[-2] if len(path) > 1 else None)
-        if key not in NAME_KEYS or (len(path) == 3 and path[0] == "fleet_models" and path[2] == "name"):
+        if key not in NAME_KEYS and not (len(path) == 1 and _NAME_VARIABLE.search(str(key))):
+            continue
+        if len(path) == 3 and path[0] == "fleet_models" and path[2] == "name":
             continue  # a model's own name: the schema's stricter form (it names the unit)
-        why = name_rule(value)
+        why = name_rule(value, served=_served_context(path))
         if why:
             problems.append(str(Problem(path, value, why, ACCEPTED)))
     for i, model in enumerate(host_vars.get("fleet_models") or []):

@@ -10,6 +10,7 @@ claimant, said once, whatever groups its host is in.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from vllm_fleet import monitoring, router
@@ -17,6 +18,8 @@ from vllm_fleet.cluster import cluster_address
 from vllm_fleet.validation.problem import Problem
 from vllm_fleet.validation.specs import role_default
 
+_HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]{1,253}$")
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 #: Ports below this one need privileges the model units do not have (they run unprivileged).
 FIRST_UNPRIVILEGED_PORT = 1024
 LAST_PORT = 65535
@@ -167,14 +170,48 @@ def listener_problems(all_hosts: dict[str, dict], run_hosts: list[str],
 
 
 def connection_problems(host_vars: dict) -> list[str]:
-    """ansible_port: the SSH port Ansible connects to, a whole number 1-65535 (INI inventories
-    give it as a numeric string, which Ansible takes)."""
+    """Where and as whom Ansible connects: ansible_host a host name or address (a string),
+    the users POSIX names, ansible_port a whole number 1-65535 (INI inventories give it as a
+    numeric string, which Ansible takes)."""
+    problems = []
+    host = host_vars.get("ansible_host")
+    if "ansible_host" in host_vars and not (isinstance(host, str) and _HOST.match(host)):
+        problems.append(str(Problem(("ansible_host",), host, "is not a host name or address",
+                                    "a DNS name, an IPv4 or an IPv6 address, e.g. 192.0.2.11")))
+    for name in ("ansible_user", "ansible_ssh_user", "remote_user"):
+        if name in host_vars and not (isinstance(host_vars[name], str) and _USER.match(host_vars[name])):
+            problems.append(str(Problem((name,), host_vars[name], "is not a user name",
+                                        "a POSIX user name such as root or admin")))
     if "ansible_port" not in host_vars:
-        return []
+        return problems
     port = host_vars["ansible_port"]
     if isinstance(port, str) and port.strip().isdigit():
         port = int(port)
     if is_port_number(port) and 1 <= port <= LAST_PORT:
-        return []
-    return [str(Problem(("ansible_port",), host_vars["ansible_port"], "is not a TCP port",
+        return problems
+    return problems + [str(Problem(("ansible_port",), host_vars["ansible_port"], "is not a TCP port",
                         f"the SSH port of the host, 1-{LAST_PORT} (22 unless sshd listens elsewhere)"))]
+
+
+def disabled_model_problems(host_vars: dict, doc: dict) -> list[str]:
+    """A disabled model is judged like an enabled one: its own port in range and off SSH, its
+    devices on the node (the registry and the device allocation count enabled models only)."""
+    problems = []
+    ssh = ssh_port(host_vars)
+    count = (doc.get("fleet_accelerator") or {}).get("count")
+    for i, model in enumerate(doc.get("fleet_models") or []):
+        if not isinstance(model, dict) or model.get("enabled", True) is not False:
+            continue
+        port = model.get("port")
+        if is_port_number(port) and (port == ssh or not FIRST_UNPRIVILEGED_PORT <= port <= LAST_PORT):
+            problems.append(str(Problem(("fleet_models", i, "port"), port, "is out of range or the node's SSH port "
+                                        "(a disabled model is judged as if enabled)",
+                                        f"{FIRST_UNPRIVILEGED_PORT}-{LAST_PORT}, off the SSH port")))
+        devices = model.get("devices")
+        if is_port_number(count) and isinstance(devices, list):
+            for j, device in enumerate(devices):
+                if is_port_number(device) and device >= count:
+                    problems.append(str(Problem(("fleet_models", i, "devices", j), device, "is not a device of the "
+                                                f"node (fleet_accelerator.count is {count}; a disabled model is "
+                                                "judged as if enabled)", f"0-{count - 1}")))
+    return problems

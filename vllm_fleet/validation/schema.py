@@ -102,6 +102,19 @@ def schema_problems(doc: dict) -> list[str]:
         problems.append(_format_error(err))
     return problems
 
+@lru_cache(maxsize=1)
+def _property_validator() -> jsonschema.Draft202012Validator:
+    """The schema's properties without what a fleet node must have (required, the vendor's
+    matrix): for hosts that are no fleet node, whatever fleet_* they set is still typed."""
+    doc = {k: v for k, v in schema().items() if k not in ("required", "allOf")}
+    return jsonschema.Draft202012Validator(doc)
+
+
+def property_problems(doc: dict) -> list[str]:
+    return [_format_error(err) for err in sorted(_property_validator().iter_errors(doc),
+                                                 key=lambda e: [str(p) for p in e.absolute_path])]
+
+
 def host_document(host_vars: dict) -> dict:
     """The part of a host's variables that the schema checks."""
     return {k: v for k, v in host_vars.items() if k in schema()["properties"]}

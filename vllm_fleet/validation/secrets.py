@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, url_has_credentials
+from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, redact_credentials, url_has_credentials
 from vllm_fleet.validation.problem import Problem, leaves
 
 #: Keys and tokens: what a client presents, so long enough not to be guessed.
@@ -27,8 +27,9 @@ KEY_ACCEPTED = (f"a string of at least {MIN_KEY_LENGTH} printable ASCII characte
 
 
 def mask_secrets(problems: list[str], secrets: list[str]) -> list[str]:
-    """Problems with every printed form of every secret value replaced by the mask."""
-    return [mask_text(p, secrets) for p in problems]
+    """Problems with every printed form of every secret value, and every password in a URL,
+    replaced by the mask."""
+    return [redact_credentials(mask_text(p, secrets)) for p in problems]
 
 
 def _secret_leaves(value, path: tuple, inside: bool):

@@ -27,7 +27,12 @@ NUMBER_CLASSES: list[tuple[re.Pattern, float, float, bool, str]] = [
     (re.compile(r"(^|_)port$"), 1024, 65535, True, "a TCP port of an unprivileged service, 1024-65535"),
     (re.compile(r"_percentage$"), 0, 100, True, "a percentage, 0-100"),
     (re.compile(r"_threshold$"), 0, 1, False, "a fraction in (0, 1], e.g. 0.9"),
-    (re.compile(r"_(timeout|sec|delay|keep|fall|rise)$"), 1, LARGEST, True, f"a whole number >= 1 (at most {LARGEST})"),
+    (re.compile(r"_timeout$"), 1, 86400, True, "a number of seconds, 1-86400 (a day)"),
+    (re.compile(r"_(sec|delay)$"), 1, 3600, True, "a number of seconds, 1-3600 (an hour)"),
+    (re.compile(r"_(keep|fall|rise|restarts)$"), 0, 100, True, "a count, 0-100"),
+    (re.compile(r"_num_cpus$"), 0, 65536, True, "a number of CPUs, 0-65536 (0: Ray's own count)"),
+    (re.compile(r"_bytes$"), 0, 2**50, True, "a number of bytes, 0-2^50 (0: the default)"),
+    (re.compile(r"_gb$"), 0, 1048576, True, "a number of GB, 0-1048576"),
 ]
 _DEFAULT_RANGE = (0, LARGEST, True, f"a number >= 0 (at most {LARGEST})")
 _PYTHON_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "path": (str,),
@@ -85,6 +90,15 @@ def _value_problems(name: str, path: tuple, spec: dict, value: Any) -> list[str]
     return problems
 
 
+def _range_problems(name: str, value: Any) -> list[str]:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return []
+    low, high, inclusive, what = number_range(name)
+    if (value >= low if inclusive else value > low) and value <= high:
+        return []
+    return [str(Problem((name,), value, "is out of range", what))]
+
+
 def _spec_problems(options: dict, provided: dict) -> list[str]:
     """What Ansible's own argument-spec validator says of values of the right types: required
     sub-options, unknown keys, choices."""
@@ -115,7 +129,11 @@ def type_problems(host_vars: dict) -> list[str]:
     problems: list[str] = []
     typed: dict = {}
     for name in sorted(host_vars):
-        if name in known or name not in options:
+        if name not in options:
+            continue
+        if name in known:
+            # Typed by the schema; its number still in its class's range, said here once.
+            problems += _range_problems(name, host_vars[name])
             continue
         own = _value_problems(name, (name,), options[name][1], host_vars[name])
         problems += own
