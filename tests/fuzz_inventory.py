@@ -731,13 +731,46 @@ def check_plan_files(files: dict[str, str], baseline: dict[str, str], m: Mutatio
             except ValueError as exc:
                 findings.append(f"{name}: {exc}")
                 continue
-            lines = [ln for ln in text.splitlines() if ln.strip()]
+            lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", ";"))]
             bad = [k for k in env if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
             if bad:
                 findings.append(f"{name}: variable name {bad[0]!r} that systemd does not take")
             if len(env) != len(lines):
                 findings.append(f"{name}: {len(lines)} lines parse to {len(env)} variables")
+    findings += argv_findings(files, m)
     findings += systemd_verify(files, baseline, workdir)
+    return findings
+
+
+def argv_findings(files: dict[str, str], m: Mutation) -> list[str]:
+    """A mutated string that reaches a unit's ExecStart= must stay within one argument there,
+    and the unit's command must be the one commands/<unit>.sh shows (systemd's and the shell's
+    reading of the same argv)."""
+    import shlex
+
+    from tests.systemd_syntax import exec_start
+
+    findings = []
+    for name, text in files.items():
+        if not name.endswith(".service") or "ExecStart=" not in text:
+            continue
+        try:
+            argv = exec_start(text)
+        except ValueError as exc:
+            findings.append(f"{name}: ExecStart= does not parse: {exc}")
+            continue
+        if isinstance(m.value, str) and m.value.strip() and m.value.strip() in " ".join(argv) and not any(
+                m.value.strip() in arg for arg in argv):
+            findings.append(f"{name}: {m.value!r} is split across arguments of ExecStart=")
+        shell = files.get("commands/" + Path(name).name.removesuffix(".service") + ".sh")
+        if shell:
+            try:
+                shell_argv = shlex.split(shell.strip().splitlines()[-1])
+            except ValueError as exc:
+                findings.append(f"{name}: its commands/ line does not parse: {exc}")
+                continue
+            if shell_argv != argv[argv.index("--") + 1:] if "--" in argv else shell_argv != argv:
+                findings.append(f"{name}: systemd and the shell read its command differently")
     return findings
 
 
@@ -854,6 +887,8 @@ def summary(verdicts: list[Verdict], examples: int = 40) -> str:
             crash = sum(v.why.startswith("validation crashed") for v in group)
             lines.append(f"  {cls} {var} ({len(group)}{', ' + str(crash) + ' crashed' if crash else ''}): "
                          + ", ".join(values[:6]) + (" ..." if len(values) > 6 else ""))
+    for v in [v for v in verdicts if v.verdict == "harmless"]:
+        lines.append(f"  accepted, harmless (its plan passes every check): {v.mutation.label}")
     got = [v for v in verdicts if v.verdict == "got_through"]
     if got:
         lines.append(f"first {min(examples, len(got))} got-through mutations (host variable = value: why):")
@@ -922,8 +957,9 @@ def plan_verdict(base_dir: Path, base: dict[str, dict], m: Mutation, baseline_pl
     out = workdir / "plan"
     proc = run_plan(inventory, out, ",".join(fleet_hosts))
     if proc.returncode != 0:
-        tail = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()][-3:]
-        return ["plan.yml failed: " + " | ".join(tail)[:300]]
+        lines = (proc.stdout + proc.stderr).splitlines()
+        errors = [ln.strip() for ln in lines if re.search(r"fatal:|FAILED!|ERROR!|\[ERROR\]", ln)]
+        return ["plan.yml failed: " + " | ".join(errors[:2] or lines[-3:])[:300]]
     findings = []
     for host in fleet_hosts:
         files = plan_files(out / host)
