@@ -201,7 +201,7 @@ NAME_NAME = re.compile(r"(^|_)name$")
 ACCOUNT_NAME = re.compile(r"(^|_)(user|group)$|^ansible_user$|_groups$")
 #: Numbers that may have a fraction (sizes in GB, fractions): a float there is no wrong type.
 FRACTIONAL = re.compile(r"_gb$|swap_space|utilization|threshold|_fraction$")
-URL_CREDENTIALS = re.compile(r"://([^/@:\s]+):([^/@\s]+)@")
+URL_CREDENTIALS = re.compile(r"://\s*([^/@:\s]+):([^/@\s]+)@")
 
 
 def is_secret_name(name: str) -> bool:
@@ -388,7 +388,11 @@ class Generator:
         if any(isinstance(p, str) and is_secret_name(p) for p in path):
             self._secrets(host, path)
         if isinstance(value, str) and value.startswith(("http://", "https://")):
-            self.add("secrets", host, path, value.replace("://", "://user:s3cretpass@", 1), note="credentials in a URL")
+            with_credentials = value.replace("://", "://user:s3cretpass@", 1)
+            self.add("secrets", host, path, with_credentials, note="credentials in a URL")
+            # and a URL that is wrong besides: the problem that quotes it must not show the password
+            self.add("secrets", host, path, with_credentials.replace("://", ":// ", 1) + " x",
+                     note="credentials in a URL with spaces")
         if NAME_NAME.search(key) and isinstance(value, str):
             self._names(host, path, value)
         if key == "fleet_service_user":
@@ -554,6 +558,12 @@ class Generator:
                 self.add("secrets", host, ("fleet_models", i, "secret_env"), {"VLLM_API_KEY": "abc"}, extra=[])
                 self.add("secrets", host, ("fleet_models", i, "secret_env"),
                          {"VLLM_API_KEY": "model-key-fz\nX=1"}, extra=[])
+                self.add("secrets", host, ("fleet_models", i, "secret_env"), {"VLLM_API_KEY": 987654321012},
+                         extra=[], note="a number")
+                self.add("secrets", host, ("fleet_models", i, "secret_env"), {"BAD KEY": "model-key-fz-2"},
+                         extra=[], note="a bad variable name")
+                self.add("secrets", host, ("fleet_serve_api_key",), 987654321012, extra=[], note="a number")
+                self.add("secrets", host, ("fleet_serve_api_key",), ["fz-list-key-123456"], extra=[])
             # a disabled model carrying a bad value is still refused
             for i in disabled[:1] or enabled[:0]:
                 for sub, bad in ((("path",), "/etc"), (("path",), "relative"), (("name",), "has space"),
@@ -960,12 +970,19 @@ def plan_verdict(base_dir: Path, base: dict[str, dict], m: Mutation, baseline_pl
         lines = (proc.stdout + proc.stderr).splitlines()
         errors = [ln.strip() for ln in lines if re.search(r"fatal:|FAILED!|ERROR!|\[ERROR\]", ln)]
         return ["plan.yml failed: " + " | ".join(errors[:2] or lines[-3:])[:300]]
-    findings = []
+    findings: list[str] = []
+    rendered: set[str] = set()
     for host in fleet_hosts:
         files = plan_files(out / host)
         baseline = plan_files(baseline_plan / host)
         findings += [f"{host}/{f}" for f in check_plan_files(files, baseline, m, workdir / "verify", base)]
         findings += [f"{host}/{f}" for f in config_checkers(files, out / host)]
+        rendered.update(files.values())
+    forms = _value_forms(m.value)
+    if not findings and not any(f in text for text in rendered for f in forms):
+        # a value the plan does not show (a connection variable, a task's option) is used by
+        # tasks on the node: nothing here shows it harmless
+        findings.append("the plan does not render this value, so nothing shows it harmless")
     return findings
 
 
