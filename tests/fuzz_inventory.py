@@ -243,6 +243,9 @@ def secrets_of(hosts: dict[str, dict]) -> set[str]:
         elif isinstance(value, list):
             for v in value:
                 walk(v, secret)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if secret:
+                found.add(str(value))  # a key given as a number is still a key
         elif isinstance(value, str):
             if secret and value:
                 found.add(value)
