@@ -39,6 +39,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
 SEED = 19003
+#: Classes whose harm would show in the rendered files (a control character, a word split or
+#: quoted wrongly, an option rendered twice). The others' harm is what the node's tasks do with a
+#: faithfully rendered value (take over /etc, run as root, listen on port 22, a 3-character key,
+#: 10**9 devices): a plan that renders them cleanly shows nothing, so they are never judged
+#: harmless by a plan run.
+PLAN_CLASSES = ("control_chars", "names", "wrong_type", "spellings")
 CLASSES = ("wrong_type", "control_chars", "numbers", "ports", "paths", "secrets", "accounts", "names",
            "disabled_model", "spellings")
 
@@ -974,15 +980,16 @@ def plan_verdict(base_dir: Path, base: dict[str, dict], m: Mutation, baseline_pl
         errors = [ln.strip() for ln in lines if re.search(r"fatal:|FAILED!|ERROR!|\[ERROR\]", ln)]
         return ["plan.yml failed: " + " | ".join(errors[:2] or lines[-3:])[:300]]
     findings: list[str] = []
-    rendered: set[str] = set()
+    rendered: set[str] = set()  # the plan's lines that the base plan does not have
     for host in fleet_hosts:
         files = plan_files(out / host)
         baseline = plan_files(baseline_plan / host)
         findings += [f"{host}/{f}" for f in check_plan_files(files, baseline, m, workdir / "verify", base)]
         findings += [f"{host}/{f}" for f in config_checkers(files, out / host)]
-        rendered.update(files.values())
-    forms = _value_forms(m.value)
-    if not findings and not any(f in text for text in rendered for f in forms):
+        old_lines = {line for text in baseline.values() for line in text.splitlines()}
+        rendered.update(line for text in files.values() for line in text.splitlines() if line not in old_lines)
+    forms = [f for f in _value_forms(m.value) if f.strip()]
+    if not findings and not any(f in line for line in rendered for f in forms):
         # a value the plan does not show (a connection variable, a task's option) is used by
         # tasks on the node: nothing here shows it harmless
         findings.append("the plan does not render this value, so nothing shows it harmless")

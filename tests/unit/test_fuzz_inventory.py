@@ -48,13 +48,20 @@ def test_base_inventory_is_valid(base_inventory):
 
 
 def _plan_candidates(verdicts: list[fz.Verdict], limit: int) -> list[fz.Verdict]:
-    """Got-through mutations of fleet nodes that validation did not crash on, one per class in
-    turn (a fixed order), at most `limit`."""
+    """Got-through mutations of fleet nodes, of a class a plan can show harmless
+    (fz.PLAN_CLASSES), that validation did not crash on, one per class in turn (a fixed
+    order), at most `limit`."""
     by_class: dict[str, list[fz.Verdict]] = {}
     for v in verdicts:
-        if v.verdict == "got_through" and not v.why.startswith("validation crashed") and all(
+        if v.verdict == "got_through" and v.mutation.cls in fz.PLAN_CLASSES and not v.why.startswith(
+                "validation crashed") and all(
                 h not in (fz.ROUTER, fz.MONITOR) for h in v.mutation.hosts()):
             by_class.setdefault(v.mutation.cls, []).append(v)
+    for group in by_class.values():
+        # first those the plan renders (the node's fleet_* settings and vllm_service's), so that a
+        # plan run can show one harmless; a connection or task option it never shows
+        group.sort(key=lambda v: not (v.mutation.path[0].startswith(("fleet_", "vllm_service_"))
+                                      and isinstance(v.mutation.value, (str, int))))
     chosen: list[fz.Verdict] = []
     while len(chosen) < limit and any(by_class.values()):
         for cls in fz.CLASSES:
