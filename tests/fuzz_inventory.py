@@ -225,18 +225,6 @@ SECRETS = ["", "abc", "s3cr3t-fuzz-value\n", "s3cr3t fuzz value"]
 NAMES = ["has space", "has/slash", "bidi\u202ename", "n" * 300]
 
 
-def _secret_paths(value, path=()):
-    """(path, value) of every secret string under `value` (keys named like secrets)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _secret_paths(v, path + (k,))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _secret_paths(v, path + (i,))
-    elif isinstance(value, str) and any(isinstance(p, str) and is_secret_name(p) for p in path):
-        yield path, value
-
-
 def secrets_of(hosts: dict[str, dict]) -> set[str]:
     """Every secret value of an inventory: strings under names like secrets, and passwords
     inside URLs of any variable."""
