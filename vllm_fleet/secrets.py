@@ -117,17 +117,19 @@ def scrub_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
     return data
 
 
+#: user:password@ anywhere in a text (a URL, or what is left of one after a typo): the password part.
+_CREDENTIALS_IN_TEXT = re.compile(r"([^\s/@:'\"\\]+):([^\s/@'\"\\]+)@(?=[^\s/@'\"\\])")
+
+
 #: user:password@ in a URL's authority.
 URL_CREDENTIALS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
 
 
 def url_has_credentials(value: Any) -> bool:
-    """Whether `value` is a URL carrying a password (scheme://user:password@host)."""
-    return isinstance(value, str) and bool(URL_CREDENTIALS.match(value.strip()))
-
-
-#: user:password@ anywhere in a text (a URL, or what is left of one after a typo): the password part.
-_CREDENTIALS_IN_TEXT = re.compile(r"([^\s/@:'\"\\]+):([^\s/@'\"\\]+)@(?=[^\s/@'\"\\])")
+    """Whether `value` is (or holds) a URL carrying a password (scheme://user:password@host),
+    however mangled the rest of it is."""
+    return isinstance(value, str) and (bool(URL_CREDENTIALS.match(value.strip())) or (
+        "://" in value and bool(_CREDENTIALS_IN_TEXT.search(value))))
 
 
 def redact_credentials(text: str) -> str:

@@ -33,7 +33,11 @@ SYSTEM_TREES = ("/bin", "/boot", "/dev", "/lib", "/lib32", "/lib64", "/libx32", 
 #: What vllm-fleet may own inside a system tree: its own configuration directory.
 OWN_IN_TREES = ("/etc/vllm-fleet",)
 _TEMPLATED = re.compile(r"\{\{|\{%")
-_PATH_KEY = re.compile(r"^(path|.*_path|.*_dir)$")
+_PATH_KEY = re.compile(r"^(path|.*_path|.*_dir|.*_venv|.*_prefix|.*_script|.*_cdi_spec|.*_docker_config|.*_python)$")
+#: Programs vllm-fleet runs but never writes (an interpreter): they may live in /usr/bin.
+_EXECUTABLE_KEY = re.compile(r"_python$")
+#: Trees no program of the fleet's is taken from.
+EXECUTABLE_TREES = ("/boot", "/dev", "/etc", "/proc", "/run", "/sys")
 ACCEPTED = ("an absolute, normal path (no '..', '.', '//' or trailing '/') outside the system's directories, "
             "e.g. /home/models/<name> for a model or /opt/vllm-fleet for the fleet's own")
 
@@ -42,8 +46,8 @@ def _inside(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip("/") + "/")
 
 
-def path_rule(value: Any) -> str | None:
-    """Why `value` is no acceptable path; None when it is."""
+def path_rule(value: Any, executable: bool = False) -> str | None:
+    """Why `value` is no acceptable path (`executable`: a program the fleet runs); None when it is."""
     if not isinstance(value, str):
         return "is not a path (a string)"
     if _TEMPLATED.search(value):
@@ -57,7 +61,7 @@ def path_rule(value: Any) -> str | None:
         return "is not in normal form (a '.', '//' or a trailing '/'); the roles compare paths as written"
     if value in SYSTEM_DIRS:
         return "is a system directory, which vllm-fleet would take over (owner, mode and contents)"
-    for tree in SYSTEM_TREES:
+    for tree in EXECUTABLE_TREES if executable else SYSTEM_TREES:
         if _inside(value, tree) and not any(_inside(value, own) for own in OWN_IN_TREES):
             return f"lies inside {tree}, which belongs to the system"
     return None
@@ -88,7 +92,7 @@ def path_leaves(host_vars: dict):
 def path_problems(host_vars: dict) -> list[str]:
     problems = []
     for path, value in path_leaves(host_vars):
-        why = path_rule(value)
+        why = path_rule(value, executable=bool(_EXECUTABLE_KEY.search(str(path[-1]))))
         if why:
             problems.append(str(Problem(path, value, why, ACCEPTED)))
     return problems

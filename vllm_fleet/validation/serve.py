@@ -15,14 +15,46 @@ SERVE_OPTIONS_FILE = DATA_DIR / "serve_options.json"
 #: What vLLM checks only when the engine starts (minutes into a unit's life), checked here.
 SERVE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
     "gpu_memory_utilization": (lambda v: 0 < v <= 1, "a fraction of the device memory in (0, 1], e.g. 0.9"),
-    "swap_space": (lambda v: v >= 0, "a number of GiB >= 0"),
-    "cpu_offload_gb": (lambda v: v >= 0, "a number of GiB >= 0"),
-    **{key: (lambda v: v >= 1, "a positive integer (>= 1)") for key in (
-        "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-        "data_parallel_size_local", "max_num_seqs", "max_num_batched_tokens", "block_size",
-        "num_gpu_blocks_override", "max_loras", "max_lora_rank", "max_cpu_loras", "kv_cache_memory_bytes",
-        "max_seq_len_to_capture", "max_parallel_loading_workers", "api_server_count")},
+    "swap_space": (lambda v: 0 <= v <= 2**20, "a number of GiB, 0-1048576"),
+    "cpu_offload_gb": (lambda v: 0 <= v <= 2**20, "a number of GiB, 0-1048576"),
+    "kv_cache_memory_bytes": (lambda v: 1 <= v <= 2**50, "a number of bytes, 1-2^50"),
+    **{key: (lambda v: 1 <= v <= 2**24, "a positive integer, at most 16777216 (2^24 tokens)") for key in (
+        "max_model_len", "max_num_batched_tokens", "num_gpu_blocks_override", "max_seq_len_to_capture")},
+    **{key: (lambda v: 1 <= v <= 1024, "a positive integer, at most 1024") for key in (
+        "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local",
+        "block_size", "max_loras", "max_lora_rank", "max_cpu_loras", "max_parallel_loading_workers",
+        "api_server_count")},
+    "max_num_seqs": (lambda v: 1 <= v <= 65536, "a positive integer, at most 65536"),
 }
+#: The largest number a JSON option's value may carry (vLLM's configs are C ints underneath).
+JSON_LARGEST = 2**31 - 1
+_BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
+
+
+def _json_problems(where: str, value: Any, key: str = "") -> list[str]:
+    """The values inside a JSON option (compilation_config, hf_overrides, limit_mm_per_prompt,
+    ...): numbers finite, not negative, at most 2^31-1; lists of sizes whole and positive; a
+    switch never a quoted word."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _json_problems(f"{where}.{k}", v, str(k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _json_problems(f"{where}[{i}]", v, key)]
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        if value != value or not 0 <= value <= JSON_LARGEST:
+            return [f"{where} = {_describe(value)}: out of range; accepted: a number 0-{JSON_LARGEST}"]
+        if key.endswith("sizes") and (not isinstance(value, int) or value < 1):
+            return [f"{where} = {_describe(value)}: not a size; accepted: whole numbers >= 1"]
+        return []
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+        return [f"{where} = {_describe(value)}: a switch given as a quoted word (any non-empty string is true); "
+                "accepted: true or false, unquoted"]
+    if isinstance(value, str) and key.endswith("sizes"):
+        return [f"{where} = {_describe(value)}: not a list of sizes; accepted: a list of whole numbers >= 1"]
+    return []
+
+
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
 _FLAGS_INSIDE = re.compile(r"\s-{1,2}[A-Za-z]")
 _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "json": "a mapping (rendered as JSON)",
@@ -142,6 +174,8 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
                                     + ("; give each flag its own key in serve" if "more flags" in why else ""))
                     break
             else:
+                if kind == "json":
+                    problems += [f"model {m['name']}: serve.{p}" for p in _json_problems(key, value)]
                 rule = SERVE_RANGES.get(key)
                 number = _number(value)
                 if rule and number is not None and not rule[0](number):
