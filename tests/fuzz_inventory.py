@@ -223,6 +223,14 @@ CONTROL = {"newline": "\n", "carriage return": "\r", "NUL": "\x00", "tab": "\t",
 PATHS = ["/etc", "/", "/usr/lib/x", "relative", "/a/../b", "/srv//x/"]
 SECRETS = ["", "abc", "s3cr3t-fuzz-value\n", "s3cr3t fuzz value"]
 NAMES = ["has space", "has/slash", "bidi\u202ename", "n" * 300]
+#: (value, variable or its class's suffix) that are hostile elsewhere but legal there, and why:
+#: no minimum free disk (0 GB) may be asked for; a 1 GB Ray object store is an ordinary size;
+#: no restart (0) is a legal bound.
+LEGAL_NUMBERS = {(0, "_gb"), (10**9, "_bytes"), (0, "_restarts")}
+
+
+def _suffix(key: str) -> str:
+    return "_" + key.rsplit("_", 1)[-1] if "_" in key else key
 
 
 def secrets_of(hosts: dict[str, dict]) -> set[str]:
@@ -374,6 +382,8 @@ class Generator:
         # numbers
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             for bad in (-1, 0, 10**9):
+                if (bad, key) in LEGAL_NUMBERS or (bad, _suffix(key)) in LEGAL_NUMBERS:
+                    continue
                 self.add("numbers", host, path, bad)
             if isinstance(value, int) and not FRACTIONAL.search(key):
                 self.add("numbers", host, path, value + 0.5, note="a float for an integer")
@@ -398,10 +408,22 @@ class Generator:
     def _ports(self, host, path):
         for bad in (22, 80, 0, 65536, -1):
             self.add("ports", host, path, bad)
+        if path == ("fleet_serve_base_port",) and not self._derives_ports(host):
+            return  # no model takes its port from the base here: it listens on nothing, SSH's port included
         self.add("ports", host, path, 2222, extra=[(host, ("ansible_port",), 2222)], note="the host's ansible_port")
 
+    def _derives_ports(self, host) -> bool:
+        models = self.base[host].get("fleet_models") or []
+        return "fleet" in (self.base[host].get("group_names") or []) and any(
+            isinstance(m, dict) and m.get("enabled", True) and "port" not in m and "span" not in m for m in models)
+
     def _paths(self, host, path):
+        key = _leaf_key(path)
         for bad in PATHS:
+            if key == "file" and bad == "relative":
+                continue  # a `file` is a bare file name, fetched from fleet_artifact_base_url: no path at all
+            if key.endswith("_python") and bad == "/usr/lib/x":
+                continue  # an interpreter the fleet runs (not writes) may live below /usr
             self.add("paths", host, path, bad)
 
     def _secrets(self, host, path):
@@ -409,7 +431,10 @@ class Generator:
             self.add("secrets", host, path, bad)
 
     def _names(self, host, path, value):
+        served = "served_model_name" in path or (path[0] == "router_models" and path[-1] == "name")
         for bad in NAMES:
+            if served and bad == "has/slash":
+                continue  # a served name may be a hub-style org/model, as clients ask for it
             self.add("names", host, path, bad)
 
     def _accounts(self, host, path):
@@ -452,6 +477,8 @@ class Generator:
             for bad in ("8000", [1], None, {"a": 1}):
                 self.add("wrong_type", host, path, bad)
             for bad in (-1, 0, 10**9) + ((1.5,) if kind == "int" else ()):
+                if (bad, key) in LEGAL_NUMBERS or (bad, _suffix(key)) in LEGAL_NUMBERS:
+                    continue
                 self.add("numbers", host, path, bad)
             if PORT_NAME.search(key):
                 self._ports(host, path)
@@ -512,11 +539,13 @@ class Generator:
             acc = b[host].get("fleet_accelerator") or {}
             count = acc.get("count", 1)
             enabled = [i for i, m in enumerate(models) if m.get("enabled", True)]
+            # Models whose port comes from fleet_serve_base_port (no port of their own, no span).
+            derived = [i for i in enabled if "port" not in models[i] and "span" not in models[i]]
             disabled = [i for i, m in enumerate(models) if not m.get("enabled", True)]
             # derived numbers: ports beyond 65535, devices beyond the count
-            self.add("numbers", host, ("fleet_serve_base_port",), 65535 - len(enabled) // 2 if len(enabled) > 1
-                     else 65535, names=("port",), note="derived model ports exceed 65535"
-                     if len(enabled) > 1 else "the last port", extra=[])
+            if len(derived) > 1:  # with one derived port (or none), 65535 is a legal base
+                self.add("numbers", host, ("fleet_serve_base_port",), 65535 - len(derived) // 2, names=("port",),
+                         note="derived model ports exceed 65535", extra=[])
             self.add("numbers", host, ("fleet_serve_base_port",), 65536, names=("port",), extra=[])
             for i in enabled[:2]:
                 self.add("numbers", host, ("fleet_models", i, "devices"), [count], names=("count",), extra=[],
@@ -526,8 +555,9 @@ class Generator:
             # ports: two models on one port; a model on the SSH port, on a port below 1024
             if len(enabled) >= 2:
                 a, c = enabled[0], enabled[1]
-                port = models[a].get("port", b[host].get("fleet_serve_base_port", 8000))
-                self.add("ports", host, ("fleet_models", c, "port"), port, extra=[], note="another model's port")
+                if "port" in models[a]:  # a derived port moves aside for an explicit one: only explicit ones clash
+                    self.add("ports", host, ("fleet_models", c, "port"), models[a]["port"], extra=[],
+                             note="another model's port")
                 self.add("paths", host, ("fleet_models", c, "path"), models[a]["path"], extra=[],
                          note="another model's path")
                 self.add("paths", host, ("fleet_models", c, "path"), models[a]["path"] + "/sub", extra=[],
@@ -542,10 +572,11 @@ class Generator:
                 self.add("ports", host, ("monitoring_node_exporter_port",), 8000 if i == 0 else 8000, extra=[],
                          names=("port",), note="a model's port")
                 for bad in NAMES:
-                    self.add("names", host, ("fleet_models", i, "serve", "served_model_name"), bad, extra=[])
-                self.add("spellings", host, ("fleet_models", i, "serve", "max-model-len"), 4096, extra=[],
-                         names=("max_model_len",), note="besides max_model_len" if "max_model_len" in
-                         (models[i].get("serve") or {}) else "")
+                    if bad != "has/slash":  # org/model is a served name clients use
+                        self.add("names", host, ("fleet_models", i, "serve", "served_model_name"), bad, extra=[])
+                if "max_model_len" in (models[i].get("serve") or {}):  # alone, the hyphen spelling is legal
+                    self.add("spellings", host, ("fleet_models", i, "serve", "max-model-len"), 4096, extra=[],
+                             names=("max_model_len",), note="besides max_model_len")
                 self.add("spellings", host, ("fleet_models", i, "serve"),
                          {**(models[i].get("serve") or {}), "max_model_len": 4096, "max-model-len": 8192},
                          extra=[], names=("max_model_len", "max-model-len"), note="both spellings")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllm_fleet import router
-from vllm_fleet.validation.ports import in_group, listener_problems
+from vllm_fleet.validation.ports import in_group, listener_problems, served_models
 from vllm_fleet.validation.roles import role_variable_problems
 
 
@@ -23,7 +23,7 @@ def monitoring_problems(monitors: dict[str, dict], fleet_hosts: dict[str, dict])
                 continue
         address = str(host_vars.get("ansible_host", host))
         for node in sorted(fleet_hosts):
-            for model in router.served_models(fleet_hosts[node], node):
+            for model in served_models(fleet_hosts[node], node):
                 if node != host and router.unreachable_from(address, node, fleet_hosts[node], model):
                     problems.append(f"host {host}: monitoring cannot scrape model {model['name']} of {node}: it listens "
                                     f"on {model['listen']} only (loopback), which {host} at {address} cannot reach; "

@@ -61,6 +61,15 @@ def ssh_port(host_vars: dict):
     return host_vars.get("ansible_port", DEFAULT_SSH_PORT)
 
 
+def served_models(host_vars: dict, host: str) -> list[dict]:
+    """router.served_models, or none where the host's models are of a shape the schema refuses
+    (validation says so there; the registry must not stop on it)."""
+    try:
+        return router.served_models(host_vars, host)
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError):
+        return []
+
+
 def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = None) -> list[Claim]:
     """Every listener of the inventory, in the registry's order. `resolved`: the fleet nodes'
     resolved models where the caller has them already (else resolved here)."""
@@ -75,7 +84,7 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
     for host in fleet:
         host_vars = all_hosts[host]
         models = resolved.get(host)
-        models = router.served_models(host_vars, host) if models is None else [
+        models = served_models(host_vars, host) if models is None else [
             m for m in models if m.get("enabled") and is_port_number(m.get("port"))]
         for m in models:
             out.append(Claim(host, router.node_address(host, host_vars, m), m["port"], f"model {m['name']} of {host}",

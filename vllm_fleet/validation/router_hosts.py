@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from vllm_fleet import router
-from vllm_fleet.validation.ports import in_group, listener_problems
+from vllm_fleet.validation.ports import in_group, listener_problems, served_models
 from vllm_fleet.validation.problem import _describe
 from vllm_fleet.validation.roles import role_variable_problems
 
@@ -18,9 +18,10 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
     served: dict[str, list[str]] = {}
     valid: dict[str, dict] = {}
     for host in sorted(fleet_hosts):
-        for model in router.served_models(fleet_hosts[host], host):
+        for model in served_models(fleet_hosts[host], host):
             for name in model["served_model_name"]:
-                served.setdefault(name, []).append(host)
+                if isinstance(name, str):  # another shape is the schema's to say
+                    served.setdefault(name, []).append(host)
     for host in sorted(routers):
         host_vars = routers[host]
         own = role_variable_problems(host_vars)
@@ -45,7 +46,7 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                                 + f"; accepted: a served model name of the fleet ({known})")
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
-                model = next(m for m in router.served_models(node_vars, node) if name in m["served_model_name"])
+                model = next(m for m in served_models(node_vars, node) if name in m["served_model_name"])
                 if router.unreachable_from(address, node, node_vars, model):
                     problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
                                     f"which the router at {address} cannot reach; accepted: a listen address the "

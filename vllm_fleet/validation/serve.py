@@ -31,21 +31,33 @@ JSON_LARGEST = 2**31 - 1
 _BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
 
 
-def _json_problems(where: str, value: Any, key: str = "") -> list[str]:
+#: The largest batch a CUDA graph is captured for (vLLM's sizes stay at or below max_num_seqs).
+LARGEST_SIZE = 65536
+#: Keys of JSON options whose values are counts: whole numbers.
+_COUNTS = ("limit_mm_per_prompt",)
+
+
+def _json_problems(where: str, value: Any, key: str = "", parents: tuple = ()) -> list[str]:
     """The values inside a JSON option (compilation_config, hf_overrides, limit_mm_per_prompt,
-    ...): numbers finite, not negative, at most 2^31-1; lists of sizes whole and positive; a
-    switch never a quoted word."""
+    ...): numbers finite, not negative, at most 2^31-1; sizes and counts whole (sizes 1-65536);
+    a sub-configuration (*_config) a mapping; a switch never a quoted word."""
     if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _json_problems(f"{where}.{k}", v, str(k))]
+        return [p for k, v in value.items() for p in _json_problems(f"{where}.{k}", v, str(k), parents + (key,))]
+    if parents and key.endswith("_config") and value is not None:
+        return [f"{where} = {_describe(value)}: a sub-configuration; accepted: a mapping"]
     if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _json_problems(f"{where}[{i}]", v, key)]
+        if key.endswith("sizes"):
+            bad = [v for v in value if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= LARGEST_SIZE]
+            return [f"{where} = {_describe(value)}: {_describe(bad[0])} is not a size; accepted: whole numbers "
+                    f"1-{LARGEST_SIZE}"] if bad else []
+        return [p for i, v in enumerate(value) for p in _json_problems(f"{where}[{i}]", v, key, parents)]
     if isinstance(value, bool):
         return []
     if isinstance(value, (int, float)):
         if value != value or not 0 <= value <= JSON_LARGEST:
             return [f"{where} = {_describe(value)}: out of range; accepted: a number 0-{JSON_LARGEST}"]
-        if key.endswith("sizes") and (not isinstance(value, int) or value < 1):
-            return [f"{where} = {_describe(value)}: not a size; accepted: whole numbers >= 1"]
+        if any(p in _COUNTS for p in parents + (key,)) and not isinstance(value, int):
+            return [f"{where} = {_describe(value)}: not a count; accepted: a whole number >= 0"]
         return []
     if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
         return [f"{where} = {_describe(value)}: a switch given as a quoted word (any non-empty string is true); "
@@ -53,6 +65,21 @@ def _json_problems(where: str, value: Any, key: str = "") -> list[str]:
     if isinstance(value, str) and key.endswith("sizes"):
         return [f"{where} = {_describe(value)}: not a list of sizes; accepted: a list of whole numbers >= 1"]
     return []
+
+
+def _json_text_problem(value: Any) -> str | None:
+    """A JSON option given as text: vLLM parses it as JSON (a mapping), or a bare optimisation
+    level for --compilation-config ("3")."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return "is text that is not JSON, which vLLM cannot parse"
+    return None if isinstance(parsed, dict) else "is JSON but not a mapping"
 
 
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
@@ -176,6 +203,9 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
             else:
                 if kind == "json":
                     problems += [f"model {m['name']}: serve.{p}" for p in _json_problems(key, value)]
+                    text = _json_text_problem(value)
+                    if text:
+                        problems.append(f"{where}: {text}; accepted: a mapping (rendered as JSON), as in the seeds")
                 rule = SERVE_RANGES.get(key)
                 number = _number(value)
                 if rule and number is not None and not rule[0](number):
