@@ -226,7 +226,8 @@ NAMES = ["has space", "has/slash", "bidi\u202ename", "n" * 300]
 #: (value, variable or its class's suffix) that are hostile elsewhere but legal there, and why:
 #: no minimum free disk (0 GB) may be asked for; a 1 GB Ray object store is an ordinary size;
 #: no restart (0) is a legal bound.
-LEGAL_NUMBERS = {(0, "_gb"), (10**9, "_bytes"), (0, "_restarts")}
+#: no image per prompt (limit_mm_per_prompt.image: 0) turns a modality off.
+LEGAL_NUMBERS = {(0, "_gb"), (10**9, "_bytes"), (0, "_restarts"), (0, "image")}
 
 
 def _suffix(key: str) -> str:
@@ -368,7 +369,8 @@ class Generator:
             if not loose:
                 self.add("wrong_type", host, path, str(value))
         elif isinstance(value, str):
-            self.add("wrong_type", host, path, [value])
+            if key != "served_model_name":  # vLLM's --served-model-name takes one name or several
+                self.add("wrong_type", host, path, [value])
             self.add("wrong_type", host, path, {"k": value})
         if not loose and value is not None:
             self.add("wrong_type", host, path, None)
@@ -544,7 +546,8 @@ class Generator:
             disabled = [i for i, m in enumerate(models) if not m.get("enabled", True)]
             # derived numbers: ports beyond 65535, devices beyond the count
             if len(derived) > 1:  # with one derived port (or none), 65535 is a legal base
-                self.add("numbers", host, ("fleet_serve_base_port",), 65535 - len(derived) // 2, names=("port",),
+                # the last derived port is 65536
+                self.add("numbers", host, ("fleet_serve_base_port",), 65537 - len(derived), names=("port",),
                          note="derived model ports exceed 65535", extra=[])
             self.add("numbers", host, ("fleet_serve_base_port",), 65536, names=("port",), extra=[])
             for i in enabled[:2]:
@@ -616,7 +619,7 @@ class Generator:
         self.add("ports", MONITOR, ("monitoring_prometheus_port",), 22, extra=[], note="SSH")
         self.add("names", ROUTER, ("router_models", 1, "name"), "gpt-oss-20b", extra=[], note="a duplicate entry")
         models = b[node]["fleet_models"]
-        for bad in NAMES[:3]:
+        for bad in [n for n in NAMES[:3] if n != "has/slash"]:  # org/model is a served name clients use
             self.add("names", ROUTER, ("router_models", 0, "name"), bad,
                      extra=[(node, ("fleet_models", 0, "serve", "served_model_name"), bad)],
                      note="served by the node under that name")

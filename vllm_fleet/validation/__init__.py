@@ -35,7 +35,7 @@ from vllm_fleet.validation.roles import role_default, role_options, role_variabl
 from vllm_fleet.validation.router_hosts import router_problems
 from vllm_fleet.validation.schema import fleet_variables, host_document, property_problems, schema, schema_problems
 from vllm_fleet.validation.secrets import mask_secrets
-from vllm_fleet.validation.serve import serve_option_problems, serve_options, spelling_problems
+from vllm_fleet.validation.serve import json_option_problems, serve_option_problems, serve_options, spelling_problems
 from vllm_fleet.validation.span import span_problems
 from vllm_fleet.validation.vendor_rules import VENDOR_RULES, vendor_group_problems
 
@@ -77,6 +77,7 @@ def validate_host(host: str, host_vars: dict) -> tuple[list[str], list[dict]]:
     problems += role_variable_problems(host_vars)
     problems += _class_problems(host_vars)
     problems += spelling_problems(host_vars)
+    problems += json_option_problems(host_vars)
     models: list[dict] = []
     try:
         models, rules = _model_problems(host, doc, host_vars)

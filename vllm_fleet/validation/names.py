@@ -45,9 +45,24 @@ def _served_context(path: tuple) -> bool:
     return any(p in SERVED_KEYS for p in path) or (len(path) >= 3 and path[0] == "router_models" and path[-1] == "name")
 
 
+def _containers(value, path: tuple = ()):
+    """(path, value) of every served_model_name given as a mapping (a list of names is fine)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in SERVED_KEYS and isinstance(v, dict):
+                yield path + (k,), v
+            else:
+                yield from _containers(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _containers(v, path + (i,))
+
+
 def name_problems(host_vars: dict) -> list[str]:
     problems = []
     served: dict[str, str] = {}
+    for path, value in _containers(host_vars):
+        problems.append(str(Problem(path, value, "is a mapping", "a served name, or a list of them")))
     for path, value in leaves(host_vars):
         if not path or path[-1] is None:
             continue

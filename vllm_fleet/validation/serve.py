@@ -42,7 +42,12 @@ def _json_problems(where: str, value: Any, key: str = "", parents: tuple = ()) -
     ...): numbers finite, not negative, at most 2^31-1; sizes and counts whole (sizes 1-65536);
     a sub-configuration (*_config) a mapping; a switch never a quoted word."""
     if isinstance(value, dict):
+        if key.endswith("sizes") or any(p in _COUNTS for p in parents):
+            return [f"{where} = {_describe(value)}: not a {'list of sizes' if key.endswith('sizes') else 'count'}; "
+                    f"accepted: {'a list of whole numbers >= 1' if key.endswith('sizes') else 'a whole number >= 0'}"]
         return [p for k, v in value.items() for p in _json_problems(f"{where}.{k}", v, str(k), parents + (key,))]
+    if key.endswith("_mode") and value is not None and not isinstance(value, str):
+        return [f"{where} = {_describe(value)}: a mode is one word; accepted: a string such as PIECEWISE"]
     if parents and key.endswith("_config") and value is not None:
         return [f"{where} = {_describe(value)}: a sub-configuration; accepted: a mapping"]
     if isinstance(value, list):
@@ -50,14 +55,16 @@ def _json_problems(where: str, value: Any, key: str = "", parents: tuple = ()) -
             bad = [v for v in value if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= LARGEST_SIZE]
             return [f"{where} = {_describe(value)}: {_describe(bad[0])} is not a size; accepted: whole numbers "
                     f"1-{LARGEST_SIZE}"] if bad else []
+        if any(p in _COUNTS for p in parents):
+            return [f"{where} = {_describe(value)}: not a count; accepted: a whole number >= 0"]
         return [p for i, v in enumerate(value) for p in _json_problems(f"{where}[{i}]", v, key, parents)]
     if isinstance(value, bool):
         return []
     if isinstance(value, (int, float)):
         if value != value or not 0 <= value <= JSON_LARGEST:
             return [f"{where} = {_describe(value)}: out of range; accepted: a number 0-{JSON_LARGEST}"]
-        if any(p in _COUNTS for p in parents + (key,)) and not isinstance(value, int):
-            return [f"{where} = {_describe(value)}: not a count; accepted: a whole number >= 0"]
+        if any(p in _COUNTS for p in parents + (key,)) and (not isinstance(value, int) or value > LARGEST_SIZE):
+            return [f"{where} = {_describe(value)}: not a count; accepted: a whole number 0-{LARGEST_SIZE}"]
         return []
     if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
         return [f"{where} = {_describe(value)}: a switch given as a quoted word (any non-empty string is true); "
@@ -201,11 +208,6 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
                                     + ("; give each flag its own key in serve" if "more flags" in why else ""))
                     break
             else:
-                if kind == "json":
-                    problems += [f"model {m['name']}: serve.{p}" for p in _json_problems(key, value)]
-                    text = _json_text_problem(value)
-                    if text:
-                        problems.append(f"{where}: {text}; accepted: a mapping (rendered as JSON), as in the seeds")
                 rule = SERVE_RANGES.get(key)
                 number = _number(value)
                 if rule and number is not None and not rule[0](number):
@@ -242,4 +244,37 @@ def spelling_problems(host_vars: dict) -> list[str]:
                                             f"is option --{flag.replace('_', '-')} again (as {seen[flag]!r})",
                                             "each option once per serve, in either spelling")))
             seen.setdefault(flag, str(key))
+    return problems
+
+
+@lru_cache(maxsize=1)
+def json_options() -> frozenset[str]:
+    """The `vllm serve` options that take JSON (a mapping), in any described release."""
+    return frozenset(key for release in serve_options().values() for key, spec in release["options"].items()
+                     if spec.get("type") == "json")
+
+
+def json_option_problems(host_vars: dict) -> list[str]:
+    """Every JSON option (compilation_config, hf_overrides, limit_mm_per_prompt, ...) of every
+    `serve` the host gives (the defaults, every launch profile, used or not, every model): a
+    mapping, or text vLLM parses as one; and what is inside it (_json_problems). Judged
+    whatever the host's release, so that a profile no model uses yet is judged too."""
+    problems = []
+    for path, serve in _serve_mappings(host_vars):
+        for key, value in serve.items():
+            if flag_key(str(key)) not in json_options():
+                continue
+            where = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[")
+            where = f"{where}.{key}"
+            if isinstance(value, list) or isinstance(value, (bool, float)) or (
+                    isinstance(value, int) and flag_key(str(key)) != "compilation_config"):
+                problems.append(f"{where} = {_describe(value)}: is not a mapping; accepted: a mapping (rendered as "
+                                "JSON), as in the seeds")
+                continue
+            text = _json_text_problem(value)
+            if text:
+                problems.append(f"{where} = {_describe(value)}: {text}; accepted: a mapping (rendered as JSON), as "
+                                "in the seeds")
+            elif isinstance(value, dict):
+                problems += _json_problems(where, value, str(key))
     return problems
