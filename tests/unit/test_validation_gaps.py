@@ -267,3 +267,31 @@ def test_one_option_under_two_spellings_is_refused(example, first, second):
     serve[first], serve[second] = serve.get(first, 2), serve.get(first, 2)
     problems = problems_for(example, "nvidia-01")
     assert any(f"fleet_models[0].serve.{second} = " in p and "again (as " + repr(first) in p for p in problems), problems
+
+
+# ------------------------------------------------------------------ formats that HAProxy, Prometheus and systemd parse
+
+@pytest.mark.parametrize("name, value, says", [
+    ("monitoring_prometheus_listen_address", "0.0.0.0 x", "is not an IP address"),
+    ("router_listen_address", "localhost", "is not an IP address"),
+    ("router_timeout_client", "10 minutes", "is not a duration"),
+    ("monitoring_scrape_interval", "15s; x", "is not a duration"),
+    ("monitoring_retention", "forever", "is not a duration"),
+    ("router_stats_socket_mode", "rw-rw----", "is not a file mode"),
+    ("download_mode", "0999", "is not a file mode"),
+])
+def test_a_value_of_the_wrong_format_is_refused(name, value, says):
+    from vllm_fleet.validation.formats import format_problems
+
+    (p,) = format_problems({name: value})
+    assert p.startswith(f"{name} = {value!r} (a string): {says}; accepted: "), p
+
+
+@pytest.mark.parametrize("name, value", [
+    ("router_listen_address", "::"), ("router_timeout_client", "1h30m"), ("monitoring_retention", "15d"),
+    ("router_check_interval", "500ms"), ("router_stats_socket_mode", "0660"), ("download_mode", "644"),
+])
+def test_a_value_of_the_right_format_is_legal(name, value):
+    from vllm_fleet.validation.formats import format_problems
+
+    assert format_problems({name: value}) == []

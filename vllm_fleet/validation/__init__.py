@@ -14,6 +14,8 @@ module per class, each applied to every variable of its class wherever it sits:
 - secrets (secrets.py): masked in every printed form, keys long enough, no credentials in URLs;
 - accounts (accounts.py): the service user is no account of the system or of the admin;
 - names (names.py): model, served and unit names of a safe character set and length;
+- formats (formats.py): addresses, durations, file modes and URLs that HAProxy, Prometheus
+  and systemd parse;
 
 - inventory files (files.py): a file Ansible would forgive (no host in the run, a vars file
   that is no mapping, a key given twice, a vault it cannot open), checked before a run starts;
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from vllm_fleet.models import node_devices, resolve_models
 from vllm_fleet.secrets import SECRET_NAME, secret_values
-from vllm_fleet.validation import accounts, names, paths, ports, secrets, strings
+from vllm_fleet.validation import accounts, formats, names, paths, ports, secrets, strings
 from vllm_fleet.validation.matrix import placeholder_checksums
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.roles import role_default, role_options, role_variable_problems
@@ -65,6 +67,7 @@ def _class_problems(host_vars: dict) -> list[str]:
     problems += accounts.account_problems(host_vars)
     problems += names.name_problems(host_vars)
     problems += ports.connection_problems(host_vars)
+    problems += formats.format_problems(host_vars)
     return problems
 
 
