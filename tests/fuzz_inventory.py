@@ -714,13 +714,38 @@ def judge(base: dict[str, dict], m: Mutation) -> Verdict:
 
 # ------------------------------------------------------------------ the plan of a mutated inventory
 
+def _by_reference(value, secrets: dict, inside: bool = False):
+    """`value` with every secret (a value under a key named like one) replaced by a reference to
+    a variable of `secrets`: an inventory file never holds a secret in clear (validation refuses
+    it), so the CLI gets them as a user gives them, with --secrets FILE."""
+    if isinstance(value, dict):
+        return {k: _by_reference(v, secrets, inside or is_secret_name(str(k))) for k, v in value.items()}
+    if inside and value not in (None, "", {}, []):
+        name = f"fz_secret_{len(secrets)}"
+        secrets[name] = value
+        return "{{ " + name + " }}"
+    if isinstance(value, list):
+        return [_by_reference(v, secrets, inside) for v in value]
+    return value
+
+
+def secrets_file(inventory: Path) -> Path:
+    return inventory.parent / f"{inventory.name}.secrets.yml"
+
+
 def write_mutated_inventory(base_dir: Path, base: dict[str, dict], m: Mutation, dest: Path) -> Path:
     """The base inventory with the mutation as host_vars/<host>.yml (the whole mutated top-level
-    variables: host_vars win over group_vars and the inventory's host variables)."""
+    variables: host_vars win over group_vars and the inventory's host variables); its secrets
+    by reference, their values in secrets_file(dest)."""
     shutil.copytree(base_dir, dest)
+    secrets: dict = {}
+    extra = dest / "group_vars" / "fleet" / "fuzz.yml"
+    extra.write_text(yaml.safe_dump(_by_reference(yaml.safe_load(extra.read_text()), secrets)))
     (dest / "host_vars").mkdir(exist_ok=True)
     for host, variables in mutated_variables(base, m).items():
-        (dest / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(variables, allow_unicode=False))
+        (dest / "host_vars" / f"{host}.yml").write_text(
+            yaml.safe_dump(_by_reference(variables, secrets), allow_unicode=False))
+    secrets_file(dest).write_text(yaml.safe_dump(secrets, allow_unicode=False))
     return dest
 
 
@@ -963,6 +988,8 @@ def venv_tool(name: str) -> str:
 
 def run_plan(inventory: Path, out: Path, limit: str | None = None) -> subprocess.CompletedProcess:
     args = [venv_tool("ansible-playbook"), "-i", str(inventory), "playbooks/plan.yml", "-e", f"plan_dir={out}"]
+    if secrets_file(inventory).exists():
+        args += ["-e", f"@{secrets_file(inventory)}"]
     return subprocess.run(args + (["-l", limit] if limit else []), cwd=ROOT, env=tool_env(), capture_output=True,
                           text=True, timeout=1200)
 
@@ -1020,7 +1047,8 @@ def plan_verdict(base_dir: Path, base: dict[str, dict], m: Mutation, baseline_pl
 
 def provision_json(inventory: Path) -> tuple[int, dict]:
     """`vllm-fleet provision -i INVENTORY --json`: exit code and the JSON result."""
-    proc = subprocess.run([venv_tool("vllm-fleet"), "provision", "-i", str(inventory), "--json"], cwd=ROOT,
+    given = ["--secrets", str(secrets_file(inventory))] if secrets_file(inventory).exists() else []
+    proc = subprocess.run([venv_tool("vllm-fleet"), "provision", "-i", str(inventory), "--json", *given], cwd=ROOT,
                           env=tool_env(), capture_output=True, text=True, timeout=600)
     try:
         result = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])[0]
