@@ -295,3 +295,15 @@ def test_a_value_of_the_right_format_is_legal(name, value):
     from vllm_fleet.validation.formats import format_problems
 
     assert format_problems({name: value}) == []
+
+
+def test_a_launch_profile_no_model_uses_is_judged_like_a_model_of_its_kind(example):
+    example["nvidia-01"].setdefault("fleet_launch_profiles", {})["draft"] = {"serve": {"max_modle_len": 10}}
+    (p,) = problems_for(example, "nvidia-01")
+    assert "model (launch profile draft): serve.max_modle_len = 10" in p and "did you mean 'max_model_len'?" in p
+
+
+def test_a_model_at_the_models_directory_itself_is_refused(example):
+    example["cpu-01"]["fleet_models"][0]["path"] = example["cpu-01"]["fleet_models_dir"]
+    problems = problems_for(example, "cpu-01")
+    assert any("path = '/home/models' is fleet_models_dir = '/home/models'" in p for p in problems), problems

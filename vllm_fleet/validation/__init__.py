@@ -28,7 +28,7 @@ spanning nodes (span.py) and the matrix's placeholder checksums (matrix.py).
 
 from __future__ import annotations
 
-from vllm_fleet.models import node_devices, resolve_models
+from vllm_fleet.models import flag_key, node_devices, resolve_models
 from vllm_fleet.secrets import SECRET_NAME, secret_values
 from vllm_fleet.validation import accounts, formats, names, paths, ports, secrets, strings
 from vllm_fleet.validation.matrix import placeholder_checksums
@@ -110,9 +110,9 @@ def _model_problems(host: str, doc: dict, host_vars: dict) -> tuple[list[dict], 
     active = [m for m in models if m["enabled"]]
     for rule in VENDOR_RULES.get(vendor, []) if isinstance(vendor, str) else []:
         problems += rule(doc, active)
-    # Disabled models are judged like enabled ones: enabling one must not be the
-    # moment a bad flag is found.
-    problems += serve_option_problems(doc, models)
+    # Disabled models are judged like enabled ones, and a launch profile no model uses yet
+    # like a model of its kind: enabling one must not be the moment a bad flag is found.
+    problems += serve_option_problems(doc, models + _unused_profiles(doc, models))
     return models, problems
 
 
@@ -162,6 +162,20 @@ def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list
     # Every message once; secrets of every host, and passwords in URLs, masked in all of them.
     every_secret = sorted({s for v in all_hosts.values() for s in secret_values(v)}, key=len, reverse=True)
     return list(dict.fromkeys(mask_secrets(problems, every_secret)))
+
+
+def _unused_profiles(doc: dict, models: list[dict]) -> list[dict]:
+    """The serve flags of each launch profile of the inventory that no model uses, as a model of
+    that kind would get them (the group's defaults under them), for serve_option_problems."""
+    profiles = doc.get("fleet_launch_profiles")
+    used = {m.get("kind") for m in models}
+    out = []
+    for kind, profile in sorted(profiles.items()) if isinstance(profiles, dict) else []:
+        if kind in used or not isinstance(profile, dict) or not isinstance(profile.get("serve"), dict):
+            continue
+        out.append({"name": f"(launch profile {kind})", "serve": {flag_key(str(k)): v for k, v in
+                                                                   profile["serve"].items()}, "env": {}})
+    return out
 
 
 def models_needing(models: list[dict]) -> int:

@@ -114,6 +114,7 @@ def model_path_problems(host_vars: dict, models: list[dict]) -> list[str]:
                 owned.append((f"model {m['name']}: lora_adapters[{i}].path", adapter["path"]))
     fleet_dirs = [(name, value) for name, value in sorted(host_vars.items())
                   if name.endswith("_dir") and name != "fleet_models_dir" and _normal(value)]
+    models_dir = _normal(host_vars.get("fleet_models_dir"))
     problems = []
     for i, (who, path) in enumerate(owned):
         for other, theirs in owned[:i]:
@@ -121,6 +122,10 @@ def model_path_problems(host_vars: dict, models: list[dict]) -> list[str]:
                 problems.append(f"{who} = {path!r} {'is' if path == theirs else 'overlaps'} {other} = {theirs!r}; "
                                 "accepted: a directory of its own for each model and adapter, neither inside the "
                                 "other (fetching or removing one would touch the other)")
+        if models_dir and _inside(models_dir, path):
+            problems.append(f"{who} = {path!r} {'is' if path == models_dir else 'holds'} fleet_models_dir = "
+                            f"{models_dir!r}, where every model has its own directory; accepted: a directory of its "
+                            "own below it, e.g. " + models_dir.rstrip("/") + "/<model>")
         for name, directory in fleet_dirs:
             if _inside(path, directory) or _inside(directory, path):
                 problems.append(f"{who} = {path!r} overlaps {name} = {directory!r}, a directory of the fleet that is "
