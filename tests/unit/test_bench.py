@@ -387,9 +387,12 @@ def test_evalscope_needs_its_local_inputs_and_a_dry_run_runs_nothing(tmp_path):
 
 def test_the_command_prints_seed_001s_command_lines_with_overrides(engine, tmp_path, capsys):
     inventory = tmp_path / "hosts.yml"
-    hv = host_vars(fleet_serve_base_port=engine.port, ansible_host="127.0.0.1", fleet_serve_api_key=KEY)
+    # The key as a user gives it (a secret written in clear in an inventory file is refused).
+    hv = host_vars(fleet_serve_base_port=engine.port, ansible_host="127.0.0.1")
+    hv["fleet_models"] = [m for m in hv["fleet_models"] if "secret_env" not in m]
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"cpu-01": hv}}}))
     rc = cli.main(["bench", "-i", str(inventory), "--model", "tiny-chat", "--evalscope", "perf", "--dry-run", "--json",
+                   "--secrets", str(_secrets(tmp_path)),
                    "--tokenizer-path", "/tok", "--parallel", "1", "--number", "2", "--prompt-length", "64",
                    "--output-tokens", "8", "-o", str(tmp_path / "out")])
     rows = json.loads(capsys.readouterr().out)

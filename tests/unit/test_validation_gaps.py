@@ -56,7 +56,9 @@ def test_model_on_a_privileged_port_is_refused(example):
 def test_base_port_below_1024_is_refused_through_the_models_it_gives(example):
     example["cpu-01"]["fleet_serve_base_port"] = 443
     problems = problems_for(example, "cpu-01")
-    assert problems and all("privileged port" in p for p in problems)
+    # The base port itself (a port of its class), and each model it gives a port.
+    assert "host cpu-01: fleet_serve_base_port = 443 (an integer): is out of range; accepted: a TCP port" in problems[0]
+    assert problems[1:] and all("privileged port" in p for p in problems[1:]), problems
 
 
 # ------------------------------------------------------------------ paths
