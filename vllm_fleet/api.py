@@ -29,16 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from vllm_fleet import PROJECT_DIR
-from vllm_fleet.validation import files as _inventory_files
+from vllm_fleet import bench as _bench
+from vllm_fleet import live_status
 from vllm_fleet import secrets as secrets_mod
-
-EXIT_OK = 0
-EXIT_FAILED = 2
-EXIT_UNREACHABLE = 3
-EXIT_INVALID_INVENTORY = 4
-#: The run was interrupted (Ctrl-C): the shell's 128 + SIGINT.
-EXIT_INTERRUPTED = 130
+from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.project import PROJECT_DIR
+from vllm_fleet.validation import files as _inventory_files
 MASK = secrets_mod.MASK
 
 EventHandler = Callable[[dict], Any]
@@ -641,8 +637,6 @@ def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs)
 def status(inventory, limit=None, **kwargs):
     """Every model on every node, read live: unit state, /health, requests, KV cache, tokens/s and
     device health, without an Ansible run (vllm_fleet.live_status.status; `.exit_code` 0/3/5)."""
-    from vllm_fleet import live_status  # noqa: PLC0415 - imports this module
-
     return live_status.status(inventory, limit=limit, **kwargs)
 
 
@@ -650,6 +644,4 @@ def bench(inventory, limit=None, extravars=None, secrets=None, **kwargs):
     """Seed 000's multi-turn chat test on every chat model of the selected hosts (no playbook
     run: the controller asks the models directly); see vllm_fleet.bench.bench for the options.
     Returns a vllm_fleet.bench.BenchResult (figures per model, files written)."""
-    from vllm_fleet import bench as _bench
-
     return _bench.bench(inventory, limit, extravars=extravars, secrets=secrets, **kwargs)

@@ -35,16 +35,14 @@ from typing import Any, Callable
 
 from vllm_fleet import models as fleet_models
 from vllm_fleet import router
+from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MASK, mask_text, scrub_bytes
+from vllm_fleet.validation.files import file_problems as inventory_syntax_problems
 
 BENCH_DATA = fleet_models.DATA_DIR / "bench"
 CONVERSATIONS_FILE = BENCH_DATA / "seed000_conversations.json"
 SEED_RESULTS_FILE = BENCH_DATA / "seed000_results.tsv"
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 2
-EXIT_INVALID = 4
 
 #: Seed 001's `evalscope perf` command (its "性能验证脚本"), argument for argument. The
 #: tokenizer path is the seed's local model directory: here it must be given (--tokenizer-path).
@@ -131,8 +129,6 @@ class Target:
 def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, dict]:
     """Every selected host's variables, as Ansible merges them (group_vars, host_vars), from
     `ansible-inventory --list`: Ansible's own reader, vault and all, without a playbook run."""
-    from vllm_fleet.api import inventory_syntax_problems
-
     if not Path(inventory).exists():
         raise InventoryError(f"inventory {inventory} does not exist")
     syntax = inventory_syntax_problems(inventory)
@@ -142,8 +138,6 @@ def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, di
     cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", str(inventory), "--list"]
     if limit:
         cmd += ["--limit", limit]
-    from vllm_fleet import PROJECT_DIR
-
     # An inventory Ansible cannot parse is an error here, not a warning and an empty fleet.
     env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1"}

@@ -25,15 +25,10 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet import PROJECT_DIR, __version__
+from vllm_fleet import __version__, api, bench, lab, live_status
+from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.vendors import VENDORS
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 2
-EXIT_UNREACHABLE = 3
-EXIT_INVALID = 4
-EXIT_USAGE = 64
 
 DEFAULT_INVENTORY = "inventories/lab"
 
@@ -163,8 +158,6 @@ def _inventory(path: str) -> str:
 # ------------------------------------------------------------------ commands
 
 def cmd_run(args) -> int:
-    from vllm_fleet import api
-
     inventory = _inventory(args.inventory)
     extravars = parse_extravars(args.extra_vars)
     secrets = load_secrets(args.secrets)
@@ -194,8 +187,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from vllm_fleet import api
-
     inventory = _inventory(args.inventory)
     progress = None if args.quiet else Progress()
     try:
@@ -214,8 +205,6 @@ def cmd_plan(args) -> int:
 
 def cmd_status(args) -> int:
     """One table of every model on every node (vllm_fleet/live_status.py); --watch redraws it in place."""
-    from vllm_fleet import live_status
-
     inventory = _inventory(args.inventory)
     secrets = load_secrets(args.secrets)
     live = args.watch is not None and sys.stdout.isatty() and not args.json
@@ -236,8 +225,6 @@ def cmd_status(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    from vllm_fleet import lab
-
     log = (lambda m: None) if args.json else (lambda m: print(f"==> {m}", file=sys.stderr))
     try:
         if args.lab_command == "up":
@@ -275,8 +262,6 @@ def _name_value(text: str) -> str:
 def cmd_bench(args) -> int:
     """Seed 000's multi-turn chat test on the fleet's chat models (vllm_fleet.bench), or with
     --evalscope seed 001's evalscope checks."""
-    from vllm_fleet import bench
-
     log = (lambda m: None) if args.json or args.quiet else (lambda m: print(f"==> {m}", file=sys.stderr))
     try:
         targets = bench.targets_from_hostvars(bench.inventory_hostvars(_inventory(args.inventory), args.limit),

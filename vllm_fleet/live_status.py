@@ -39,15 +39,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from vllm_fleet import PROJECT_DIR, router
-from vllm_fleet.api import scrub
-
-EXIT_OK = 0
-#: Nothing is down, but something could not be read: a node over SSH (its units and devices),
-#: or a model's endpoints.
-EXIT_UNREACHABLE = 3
-#: Something is down: a unit not active, /health not answering 200, or a device in Critical health.
-EXIT_DOWN = 5
+from vllm_fleet import router
+# EXIT_UNREACHABLE: nothing is down, but something could not be read: a node over SSH (its
+# units and devices), or a model's endpoints. EXIT_DOWN: something is down: a unit not
+# active, /health not answering 200, or a device in Critical health.
+from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.project import PROJECT_DIR
+from vllm_fleet.secrets import scrub
 
 #: vLLM's Prometheus names (docs.vllm.ai, "Production Metrics"). KV cache usage was
 #: vllm:gpu_cache_usage_perc before the V1 engine's vllm:kv_cache_usage_perc.

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from vllm_fleet import vendors
+from vllm_fleet.render import env_file
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -241,8 +242,6 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     base_port = base_port if isinstance(base_port, int) and not isinstance(base_port, bool) else DEFAULT_BASE_PORT
     problems: list[str] = []
     resolved: list[dict] = []
-    from vllm_fleet.render import env_file  # noqa: PLC0415 - render imports nothing from here
-
     def env_problem(env: dict | None) -> str | None:
         try:
             env_file({k: env_value(v) for k, v in (env or {}).items() if v is not None})

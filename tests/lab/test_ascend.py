@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from vllm_fleet.release import vendor_release_id
+from vllm_fleet.vendors import vendor_release_id
 
 from .conftest import LAB, group_vars, recap, run_playbook, write_overrides
 

@@ -16,8 +16,9 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from vllm_fleet import PROJECT_DIR, vendors
+from vllm_fleet import vendors
 from vllm_fleet.lab import inventory, nodes, rootfs, www
+from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
 
 VENDORS = vendors.VENDORS
