@@ -25,9 +25,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from vllm_fleet import bench as _bench
 from vllm_fleet import live_status
@@ -35,6 +36,7 @@ from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.validation import files as _inventory_files
+
 MASK = secrets_mod.MASK
 
 EventHandler = Callable[[dict], Any]
@@ -208,7 +210,7 @@ def components_table(components: dict[str, list[dict]]) -> list[str]:
     widths = [min(max(len(row[i]) for row in rows + [head]), 44) for i in range(len(head))]
 
     def line(cells):
-        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
 
     out = [line(head)]
     out += [line(row[:-1]) + (f"  ({row[-1][:80]})" if row[5] != "ok" and row[-1] else "") for row in rows]
@@ -375,9 +377,9 @@ def _vault_secrets() -> tuple[list, list[str]]:
     """The vault secrets the run's Ansible would use, from ANSIBLE_VAULT_PASSWORD_FILE and
     ANSIBLE_VAULT_IDENTITY_LIST of this environment (ansible-runner hands it on; the project's
     ansible.cfg sets neither), and why each source that gives none is unusable."""
-    from ansible.errors import AnsibleError
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.parsing.vault import get_file_vault_secret
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.parsing.vault import get_file_vault_secret  # noqa: PLC0415
 
     sources = [(None, f) for f in [os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE", "")] if f]
     for item in os.environ.get("ANSIBLE_VAULT_IDENTITY_LIST", "").split(","):
@@ -401,8 +403,8 @@ def _vault_secrets() -> tuple[list, list[str]]:
 
 def _vault_decrypt(secrets: list, unusable: list[str]) -> Callable[[str], str]:
     """decrypt(ciphertext) -> text for inventory_files.vault_problems (VaultError when it cannot)."""
-    from ansible.errors import AnsibleError
-    from ansible.parsing.vault import VaultLib
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.parsing.vault import VaultLib  # noqa: PLC0415
 
     vault = VaultLib(secrets)
 
@@ -427,9 +429,9 @@ def inventory_run_problems(inventory: str | os.PathLike, limit: str | None = Non
     vaults = _inventory_files.vault_payloads(inventory)
     if not vaults and _inventory_files.surely_has_hosts(_inventory_files.yaml_groups(inventory), pattern, limit):
         return []  # the common case, without importing Ansible (~0.4 s of CPU)
-    from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
     loader = DataLoader()
     if vaults:
@@ -462,7 +464,7 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                  verbosity: int = 0, quiet: bool = True, rollout: dict | None = None) -> RunResult:
     """Run one of the project's playbooks (path relative to the project) through ansible-runner.
     `rollout` ({serial, max_fail_percentage, nodes}): the run is a rollout of those nodes."""
-    import ansible_runner
+    import ansible_runner  # noqa: PLC0415 - ansible-runner and Ansible only when a playbook runs
 
     inventory_path = Path(inventory)
     if not inventory_path.is_absolute():
@@ -579,8 +581,8 @@ def rollout(inventory, limit=None, extravars=None, serial: int | str = 1, max_fa
 def fleet_nodes(inventory, limit: str | None = None) -> list[str]:
     """The inventory's fleet nodes a run with `limit` targets, in inventory order (Ansible's own
     inventory parser: the same hosts ansible-playbook would see)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
     manager = InventoryManager(loader=DataLoader(), sources=[str(Path(inventory).resolve())])
     if limit:

@@ -29,13 +29,15 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from vllm_fleet import models as fleet_models
 from vllm_fleet import router
-from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_OK
+from vllm_fleet.exit_codes import EXIT_INVALID as EXIT_INVALID  # re-exported: bench.EXIT_INVALID
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MASK, mask_text, scrub_bytes
 from vllm_fleet.validation.files import file_problems as inventory_syntax_problems
@@ -358,7 +360,7 @@ def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = N
     the answer joins the history, not the reasoning text (vLLM's advice for reasoning models).
     `seed_model` names the row of seed 000's table to compare with, when the model's own
     names do not find it."""
-    import requests
+    import requests  # noqa: PLC0415 - the optional extra vllm-fleet[bench]
 
     seed = seed_match([seed_model] if seed_model else target.names)
     if seed_model and seed is None:
@@ -455,10 +457,10 @@ def write_csv(results: list[ModelResult], path: Path) -> None:
 def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
     """A bar chart of characters per second per model: the measured figure, and beside it, for a
     model of seed 000's table, the seed's A100 and MetaX C500 figures."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - the optional extra vllm-fleet[bench]
 
     matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     measured = [r for r in results if r.chars_per_s is not None or r.seed_model]
     labels = [f"{r.model}\n({r.host})" + (f"\nseed: {r.seed_model}" if r.seed_model else "") for r in measured]
@@ -470,7 +472,7 @@ def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
     fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(measured) + 2), 4.5))
     for i, (name, values, colour) in enumerate(series):
         xs = [x + (i - 1) * width for x in range(len(measured))]
-        present = [(x, v) for x, v in zip(xs, values) if v is not None]
+        present = [(x, v) for x, v in zip(xs, values, strict=False) if v is not None]
         if not present:
             continue
         bars = ax.bar([x for x, _ in present], [v for _, v in present], width, label=name, color=colour)

@@ -26,7 +26,8 @@ from pathlib import Path
 import yaml
 
 from vllm_fleet import __version__, api, bench, lab, live_status
-from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from vllm_fleet.exit_codes import EXIT_UNREACHABLE as EXIT_UNREACHABLE  # re-exported: cli.EXIT_UNREACHABLE
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.vendors import VENDORS
 

@@ -7,7 +7,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 #: A host failed (a task, or a model's check).
 EXIT_FAILED = 2
-#: A host could not be reached (`status`: nothing is down, but something could not be read).
+#: A host could not be reached (`status`: nothing is down, but something could not be read: a
+#: node over SSH, its units and devices, or a model's endpoints).
 EXIT_UNREACHABLE = 3
 #: The inventory is invalid; nothing was changed.
 EXIT_INVALID = 4

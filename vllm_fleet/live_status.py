@@ -40,9 +40,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from vllm_fleet import router
-# EXIT_UNREACHABLE: nothing is down, but something could not be read: a node over SSH (its
-# units and devices), or a model's endpoints. EXIT_DOWN: something is down: a unit not
-# active, /health not answering 200, or a device in Critical health.
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import scrub
@@ -200,7 +197,7 @@ def table(result: StatusResult) -> list[str]:
 
     def line(row):
         return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
-                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+                         for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
 
     out = [line(head)] + [line(c) for c in cells]
     if not cells:

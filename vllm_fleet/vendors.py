@@ -17,7 +17,7 @@ by ``roles/fleet``); Python reads its plain (untemplated) entries through
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import yaml
@@ -56,7 +56,7 @@ def role_dir(vendor: str) -> Path:
     return ROLES_DIR / vendor
 
 
-@lru_cache(maxsize=None)
+@cache
 def contract(vendor: str) -> dict:
     """The vendor's contract as written in roles/<vendor>/vars/main.yml.
 

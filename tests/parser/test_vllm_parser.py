@@ -145,7 +145,7 @@ def verdict():
             lines = WANTED[release]
             try:
                 found = argcheck.check(release, lines)
-                results[release] = {json.dumps(a): r for a, r in zip(lines, found)}
+                results[release] = {json.dumps(a): r for a, r in zip(lines, found, strict=False)}
             except argcheck.TorchUnavailable as exc:
                 results[release] = exc
             except argcheck.ArgcheckError as exc:

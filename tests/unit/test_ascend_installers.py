@@ -224,7 +224,7 @@ def test_command_line_prints_what_build_all_returns(npu_smi, tmp_path, old):
     result = subprocess.run(
         [sys.executable, str(BUILD_PY), "--out", str(tmp_path), "--arch", ARCH, "--npu-smi", str(npu_smi),
          "--driver", OLD["driver"], "--firmware", OLD["firmware"], "--cann", OLD["cann"]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True,
+        capture_output=True, text=True, check=True,
     )
     printed = json.loads(result.stdout)
     assert {key: value["sha256"] for key, value in printed.items()} == {
@@ -234,7 +234,7 @@ def test_command_line_prints_what_build_all_returns(npu_smi, tmp_path, old):
     result = subprocess.run(
         [sys.executable, str(BUILD_PY), "--out", str(tmp_path / "none"), "--npu-smi", str(tmp_path / "missing"),
          "--driver", "25.3.rc1", "--firmware", "7.8.0.2.212", "--cann", "8.3.RC1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        capture_output=True, text=True,
     )
     assert result.returncode == 1
     assert "npu-smi simulator" in result.stderr

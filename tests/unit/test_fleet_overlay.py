@@ -19,11 +19,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 
 from tests.conftest import ansible_module
-
-import ansible.module_utils
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent

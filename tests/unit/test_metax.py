@@ -15,10 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 import yaml
-
-import ansible.module_utils
 
 from tests.conftest import ansible_playbook, example_hosts
 from tests.systemd_syntax import exec_start
@@ -66,7 +65,7 @@ def problems(host_vars: dict) -> list[str]:
 def test_every_model_of_the_seed_table_is_in_the_example(metax):
     repos = [m["source"]["repo"] for m in metax["fleet_models"]]
     assert len(repos) == len(SEED_TABLE) == 23
-    for repo, (seed_name, _a100, _metax) in zip(repos, SEED_TABLE):
+    for repo, (seed_name, _a100, _metax) in zip(repos, SEED_TABLE, strict=False):
         assert repo == seed_name or repo == f"Qwen/{seed_name}", (repo, seed_name)
     # The table's measurements are kept next to each model, for the benchmark to compare with.
     text = MODELS_FILE.read_text()
@@ -230,7 +229,7 @@ def test_container_unit_line_by_line(tmp_path):
             in dockerfile.splitlines())
     runs = [block for block in dockerfile.split("\nRUN ")[1:]]
     assert len(runs) == 2
-    for block, entry in zip(runs, matrix["vllm_overlays"]):
+    for block, entry in zip(runs, matrix["vllm_overlays"], strict=False):
         url = "https://artifacts.example.internal/vllm-fleet/" + entry["file"]
         assert url in block and f'echo "{entry["sha256"]}  /tmp/vllm-fleet-overlay" | sha256sum --check --strict -' in block
         # The checksum is checked before the overlay is unpacked or copied.

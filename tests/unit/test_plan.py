@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ansible_playbook, example_hosts
 from tests.systemd_syntax import exec_start, split_exec
 from vllm_fleet import render
 from vllm_fleet.models import resolve_models
-from tests.conftest import ansible_playbook, example_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 

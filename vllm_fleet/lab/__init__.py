@@ -18,8 +18,8 @@ from pathlib import Path
 
 from vllm_fleet import vendors
 from vllm_fleet.lab import inventory, nodes, rootfs, www
-from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
+from vllm_fleet.project import PROJECT_DIR
 
 VENDORS = vendors.VENDORS
 DEFAULT_LAB = "lab"
@@ -97,7 +97,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     log(f"booting {len(wanted)} node(s): {', '.join(n.name for n in wanted)}")
     with ThreadPoolExecutor(max_workers=8) as pool:
         states = list(pool.map(lambda n: nodes.wait_ready(paths, n), wanted))
-    for node, state in zip(wanted, states):
+    for node, state in zip(wanted, states, strict=False):
         if state != "running":
             log(f"note: {node.name} booted with systemd state {state!r}")
 

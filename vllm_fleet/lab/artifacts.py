@@ -228,7 +228,6 @@ def _download_real_wheels(cache: Path, reqs: Path, log) -> None:
 
 
 def sys_python() -> str:
-    import sys
     return sys.executable
 
 

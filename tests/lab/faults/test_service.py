@@ -9,7 +9,7 @@ import json
 import time
 
 from ..conftest import recap
-from .conftest import LAB, INVENTORY, run_playbook
+from .conftest import INVENTORY, LAB, run_playbook
 
 UNIT = "vllm-gpt-oss-120b.service"
 
