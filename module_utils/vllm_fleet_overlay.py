@@ -202,7 +202,8 @@ def load_manifest(path):
         return None
     except (OSError, ValueError) as exc:
         raise OverlayError('overlay manifest %s cannot be read: %s' % (path, exc)) from exc
-    if not isinstance(manifest, dict) or manifest.get('format') != FORMAT or not isinstance(manifest.get('files'), list):
+    if (not isinstance(manifest, dict) or manifest.get('format') != FORMAT
+            or not isinstance(manifest.get('files'), list)):
         raise OverlayError('%s is not an overlay manifest of format %d' % (path, FORMAT))
     return manifest
 

@@ -23,5 +23,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'vllm_fleet' has no attribute {name!r}")
 
 
-__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "status", "RunResult", "HostResult", "TaskFailure",
-           "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]
+__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "status", "RunResult", "HostResult",
+           "TaskFailure", "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]

@@ -3,7 +3,8 @@
     import vllm_fleet
     result = vllm_fleet.provision("inventories/lab", limit="ascend-nodes")
     print(result)                      # per-host table
-    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory / 130 interrupted
+    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory /
+                                       # 130 interrupted
     result.hosts["ascend-01"].changed  # counts per host
     result.failures                    # each failed task with its host and message
     result.artifacts_dir               # ansible-runner's artifacts of the run
@@ -295,7 +296,8 @@ class _Collector:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
             if kind == "runner_on_ok" and isinstance(facts.get("doctor_report"), list):
                 self.components[data.get("host", "?")] = facts["doctor_report"]
-            if kind == "runner_on_ok" and "fleet_rollout_turn" in facts and data.get("host") not in self.rollout_reached:
+            if (kind == "runner_on_ok" and "fleet_rollout_turn" in facts
+                    and data.get("host") not in self.rollout_reached):
                 self.rollout_reached.append(data.get("host", "?"))
             if kind == "runner_on_ok" and isinstance(facts.get("fleet_release_state"), dict):
                 self._release(data.get("host", "?"), facts["fleet_release_state"])
@@ -343,7 +345,8 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
         collector.consume(event)
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
-                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations, check_stopped=collector.check_stopped,
+                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations,
+                     check_stopped=collector.check_stopped,
                      components=collector.components, releases=collector.releases)
 
 
@@ -468,7 +471,8 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
 
     inventory_path = Path(inventory)
     if not inventory_path.is_absolute():
-        inventory_path = (Path.cwd() / inventory_path) if (Path.cwd() / inventory_path).exists() else PROJECT_DIR / inventory_path
+        in_cwd = Path.cwd() / inventory_path
+        inventory_path = in_cwd if in_cwd.exists() else PROJECT_DIR / inventory_path
     if not inventory_path.exists():
         raise FileNotFoundError(f"inventory {inventory} does not exist")
     syntax = inventory_syntax_problems(inventory_path) or inventory_run_problems(inventory_path, limit, playbook)

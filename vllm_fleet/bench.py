@@ -353,7 +353,8 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = None, timeout: float = 600.0,
-                session=None, seed_model: str | None = None, log: Callable[[str], None] = lambda m: None) -> ModelResult:
+                session=None, seed_model: str | None = None,
+                log: Callable[[str], None] = lambda m: None) -> ModelResult:
     """Seed 000's procedure for one model: each conversation starts from its system prompt;
     each question is sent with the conversation so far, and the model's answer joins it
     as the assistant's turn before the next question (line 8: 多轮对话, multi-turn). Only

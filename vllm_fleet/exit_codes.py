@@ -1,5 +1,5 @@
 """The exit codes of vllm-fleet, one home: the API's results, `vllm-fleet status`, `vllm-fleet bench`
-and the command line all answer with these (the README's table)."""
+and the command line all answer with these (docs/api.md, docs/operations/status.md)."""
 
 #: Success.
 EXIT_OK = 0

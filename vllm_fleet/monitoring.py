@@ -71,7 +71,9 @@ def model_targets(fleet_hosts: dict[str, dict]) -> list[dict]:
 def exporter_port(host_vars: dict) -> int:
     """The host's node exporter port: its own monitoring_node_exporter_port, else the role's default."""
     port = host_vars.get("monitoring_node_exporter_port")
-    return port if isinstance(port, int) and not isinstance(port, bool) else role_default("monitoring_node_exporter_port")
+    if isinstance(port, int) and not isinstance(port, bool):
+        return port
+    return role_default("monitoring_node_exporter_port")
 
 
 def node_targets(hosts: dict[str, dict]) -> list[dict]:

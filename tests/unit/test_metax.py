@@ -128,7 +128,8 @@ def test_gpt_oss_without_the_triton_backend_is_refused(metax):
 def test_the_tokenizer_cache_needs_its_matrix_entry(metax):
     del metax["fleet_matrix"]["tiktoken_o200k"]
     (p,) = problems(metax)
-    assert p.startswith("host metax-01: model gpt-oss-20b: tokenizer_cache = 'o200k_base' needs fleet_matrix.tiktoken_o200k")
+    assert p.startswith(
+        "host metax-01: model gpt-oss-20b: tokenizer_cache = 'o200k_base' needs fleet_matrix.tiktoken_o200k")
 
 
 def test_overlays_that_cover_each_other_are_refused(metax):
@@ -180,7 +181,8 @@ def test_host_mode_units_load_maca_and_join_the_video_group(tmp_path):
     assert "User=vllm" in lines and "SupplementaryGroups=video" in lines
     argv = exec_start(unit)
     assert argv[: argv.index("--")] == ["/opt/vllm-fleet/bin/vllm-fleet-launch", "--source", "/etc/profile.d/maca.sh"]
-    assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b-BF16",
+    assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve",
+                                           "/home/models/gpt-oss-20b-BF16",
                                            "--served-model-name", "gpt-oss-20b", "--port", "8000",
                                            "--host", "127.0.0.1"]
     env = (node / "etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()
@@ -231,7 +233,8 @@ def test_container_unit_line_by_line(tmp_path):
     assert len(runs) == 2
     for block, entry in zip(runs, matrix["vllm_overlays"], strict=False):
         url = "https://artifacts.example.internal/vllm-fleet/" + entry["file"]
-        assert url in block and f'echo "{entry["sha256"]}  /tmp/vllm-fleet-overlay" | sha256sum --check --strict -' in block
+        assert url in block
+        assert f'echo "{entry["sha256"]}  /tmp/vllm-fleet-overlay" | sha256sum --check --strict -' in block
         # The checksum is checked before the overlay is unpacked or copied.
         assert block.index("sha256sum") < block.index("tar -xf" if entry["type"] == "directory" else "cp ")
     assert 'tar -xf /tmp/vllm-fleet-overlay --no-same-owner -C "$site"' in runs[0]
@@ -338,7 +341,8 @@ def test_maca_sdk_installs_then_removes_only_its_own_files(built, node, tmp_path
     removed = sh([str(node / "opt/maca/bin/mxmaca-sdk-install.sh"), "-U"], node)
     assert removed.returncode == 0, removed.stdout
     # The lab's mx-smi simulator was there before MACA and stays.
-    assert sorted(str(p.relative_to(node)) for p in (node / "opt/maca").rglob("*")) == ["opt/maca/bin", "opt/maca/bin/mx-smi"]
+    assert sorted(str(p.relative_to(node)) for p in (node / "opt/maca").rglob("*")) == [
+        "opt/maca/bin", "opt/maca/bin/mx-smi"]
 
 
 # --------------------------------------------------------------------------- the engine, patched

@@ -95,7 +95,8 @@ def test_the_filter_is_the_same_function():
     assert filters["fleet_release_id"](matrix, ["python", "vllm", "torch"], "cpu") == \
         vendors.vendor_release_id(matrix, "cpu")
     assert filters["fleet_release_inputs"](matrix, ["vllm", "torch", "python"], "cpu") == {
-        "vendor": "cpu", "matrix": {"python": "3.11", "torch": "2.13.0+cpu", "vllm": {"version": "0.32.0", "isa": "avx2"}}}
+        "vendor": "cpu",
+        "matrix": {"python": "3.11", "torch": "2.13.0+cpu", "vllm": {"version": "0.32.0", "isa": "avx2"}}}
     # The role hands over paths found on the node and the history file's text.
     state = filters["fleet_release_state"](["/opt/vllm-fleet/releases/aaa", "/opt/vllm-fleet/releases/bbb"],
                                            ["/opt/vllm-fleet/releases/aaa", "/opt/vllm-fleet/releases/bbb"],
@@ -216,7 +217,8 @@ def test_rollback_validates_reads_switches_to_previous_and_passes_the_gate():
     play = plays[1]
     assert play["hosts"] == "fleet" and [r["role"] for r in play["roles"]] == ["fleet"]
     tasks = play["tasks"]
-    includes = [t["ansible.builtin.include_role"].get("tasks_from") for t in tasks if "ansible.builtin.include_role" in t]
+    includes = [t["ansible.builtin.include_role"].get("tasks_from") for t in tasks
+                if "ansible.builtin.include_role" in t]
     assert includes == ["read.yml", "activate.yml"]
     activate = next(t for t in tasks if "ansible.builtin.include_role" in t
                     and t["ansible.builtin.include_role"]["tasks_from"] == "activate.yml")

@@ -175,8 +175,8 @@ def _ensure_key(paths) -> None:
     if key.exists():
         return
     key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vllm-fleet-lab-{paths.name}", "-f", str(key)],
-                   check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vllm-fleet-lab-{paths.name}",
+                    "-f", str(key)], check=True)
 
 
 def run(name: str, node_name: str, command: str, timeout: float = 60) -> str:
