@@ -12,12 +12,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 # Ansible loads this file in every worker process that renders one of these filters, so
-# it imports only what those need; validation (jsonschema) is imported by its two filters.
+# it imports only what those need; validation (jsonschema) is imported by its filters.
 try:
-    from vllm_fleet import cluster, models, release, render, state
+    from vllm_fleet import cluster, models, monitoring, release, render, router, state
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from vllm_fleet import cluster, models, release, render, state
+    from vllm_fleet import cluster, models, monitoring, release, render, router, state
 
 
 def _plain(value):
@@ -36,7 +36,7 @@ def _plain(value):
 def fleet_inventory_problems(hostvars, hosts):
     """Every problem of the inventory for `hosts` (names), as sentences; [] if valid
     (vllm_fleet.validation.validate_inventory, over every host's variables that validation reads)."""
-    from vllm_fleet import validation
+    from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     try:
         return validation.validate_inventory({h: _validated_vars(hostvars, h) for h in hostvars.keys()},
@@ -47,7 +47,7 @@ def fleet_inventory_problems(hostvars, hosts):
 
 def _validated_vars(hostvars, host):
     """The variables of `host` that validation reads, as plain values."""
-    from vllm_fleet import validation
+    from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     hv = hostvars[host]
     wanted = set(validation.fleet_variables()) | set(validation.role_options()) | set(validation.CONNECTION_VARIABLES)
@@ -63,8 +63,6 @@ def _fleet_and_monitoring(hostvars):
 
 def fleet_monitoring_targets(hostvars):
     """What Prometheus scrapes (vllm_fleet/monitoring.py): {models: [...], nodes: [...]}."""
-    from vllm_fleet import monitoring
-
     try:
         hosts = _fleet_and_monitoring(hostvars)
         fleet = {h: v for h, v in hosts.items() if "fleet" in v.get("group_names", [])}
@@ -75,8 +73,6 @@ def fleet_monitoring_targets(hostvars):
 
 def fleet_monitoring_api_keys(hostvars):
     """{credentials file name: API key} of every model with a key (secrets: use with no_log)."""
-    from vllm_fleet import monitoring
-
     try:
         fleet = {h: v for h, v in _fleet_and_monitoring(hostvars).items() if "fleet" in v.get("group_names", [])}
         return monitoring.api_keys(fleet)
@@ -86,8 +82,6 @@ def fleet_monitoring_api_keys(hostvars):
 
 def fleet_router_backends(hostvars, router_models):
     """The router's backends (vllm_fleet.router.backends) from every fleet node of the inventory."""
-    from vllm_fleet import router
-
     fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
              if "fleet" in (hostvars[h].get("group_names") or [])}
     try:
@@ -99,8 +93,6 @@ def fleet_router_backends(hostvars, router_models):
 def fleet_router_routes(hostvars, node):
     """The routers in front of `node` (vllm_fleet.router.routes): every router host's
     router_models against every fleet node of the inventory."""
-    from vllm_fleet import router
-
     fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
              if "fleet" in (hostvars[h].get("group_names") or [])}
     routers = {h: _plain(hostvars[h].get("router_models") or []) for h in hostvars.keys()
@@ -113,7 +105,7 @@ def fleet_router_routes(hostvars, node):
 
 def fleet_placeholder_checksums(hostvars, hosts):
     """Sorted, unique `fleet_matrix...` paths that still carry a placeholder sha256."""
-    from vllm_fleet import validation
+    from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     found = set()
     for host in hosts:
@@ -122,7 +114,7 @@ def fleet_placeholder_checksums(hostvars, hosts):
 
 
 def _role_names():
-    from vllm_fleet import validation
+    from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     return {role for role, _ in validation.role_options().values()}
 

@@ -529,7 +529,7 @@ def parse_nvidia_smi_csv(text):
     for row in csv.reader(text.splitlines(), skipinitialspace=True):
         if len(row) < len(NVIDIA_QUERY_FIELDS) or row[0].strip() == 'index':
             continue
-        fields = dict(zip(NVIDIA_QUERY_FIELDS, (value.strip() for value in row)))
+        fields = dict(zip(NVIDIA_QUERY_FIELDS, (value.strip() for value in row), strict=False))
         if not fields['index'].isdigit():
             continue
         broken = any(value in _NVIDIA_ERRORS for value in fields.values())

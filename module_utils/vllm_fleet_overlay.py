@@ -160,7 +160,7 @@ def iter_entries(src, kind, target):
     try:
         archive = tarfile.open(src, 'r:*')
     except (OSError, tarfile.TarError) as exc:
-        raise OverlayError('overlay archive %s cannot be read: %s' % (src, exc))
+        raise OverlayError('overlay archive %s cannot be read: %s' % (src, exc)) from exc
     with archive:
         members = archive.getmembers()
         checked = []
@@ -201,8 +201,9 @@ def load_manifest(path):
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise OverlayError('overlay manifest %s cannot be read: %s' % (path, exc))
-    if not isinstance(manifest, dict) or manifest.get('format') != FORMAT or not isinstance(manifest.get('files'), list):
+        raise OverlayError('overlay manifest %s cannot be read: %s' % (path, exc)) from exc
+    if (not isinstance(manifest, dict) or manifest.get('format') != FORMAT
+            or not isinstance(manifest.get('files'), list)):
         raise OverlayError('%s is not an overlay manifest of format %d' % (path, FORMAT))
     return manifest
 

@@ -12,8 +12,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
-GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes", "nvidia-01": "nvidia-nodes",
-            "cpu-01": "cpu-nodes"}
+GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes",
+            "nvidia-01": "nvidia-nodes", "cpu-01": "cpu-nodes"}
 
 
 # A playbook that takes 50 s on an idle machine takes several minutes while CI's labs share

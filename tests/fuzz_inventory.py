@@ -524,7 +524,7 @@ class Generator:
     def _unset_schema_properties(self):
         props = self.validation.schema()["properties"]
         options = self.validation.role_options()
-        for i, name in enumerate(sorted(props)):
+        for name in sorted(props):
             for host in self.fleet:
                 if name in self.base[host]:
                     continue
@@ -647,7 +647,7 @@ def sample(mutations: list[Mutation], budget: int, seed: int = SEED) -> list[Mut
     rng = random.Random(seed)
     chosen: list[Mutation] = []
     left = budget
-    for i, (cls, group) in enumerate(sorted(by_class.items(), key=lambda kv: len(kv[1]))):
+    for i, (_cls, group) in enumerate(sorted(by_class.items(), key=lambda kv: len(kv[1]))):
         share = left // (len(by_class) - i)
         take = group if len(group) <= share else rng.sample(group, share)
         chosen += take
@@ -673,7 +673,8 @@ def run_hosts(base: dict[str, dict], m: Mutation) -> list[str]:
     base inventory is asserted valid), and they are still read as the fleet by the router,
     monitoring and span rules (validate_inventory's all_hosts): this keeps one mutation at a
     fifth of a whole-inventory call."""
-    return sorted(m.hosts() | {h for h, v in base.items() if {"router", "monitoring"} & set(v.get("group_names") or [])})
+    return sorted(m.hosts() | {h for h, v in base.items()
+                               if {"router", "monitoring"} & set(v.get("group_names") or [])})
 
 
 #: Address space one validation may add (a count of 10**9 devices must not take the machine's

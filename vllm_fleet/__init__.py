@@ -5,12 +5,9 @@ The Python API drives the project's playbooks through ansible-runner; the
 of systemd-nspawn nodes that the test suite and the demo run against.
 """
 
-from pathlib import Path
+from vllm_fleet.project import PROJECT_DIR
 
 __version__ = "0.1.0"
-
-#: Root of the vllm-fleet project (the checkout holding site.yml).
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 _API = ("EXIT_FAILED", "EXIT_INVALID_INVENTORY", "EXIT_OK", "EXIT_UNREACHABLE", "HostResult", "PlanResult",
         "RunResult", "TaskFailure", "doctor", "plan", "provision", "rollback", "status", "verify")
@@ -20,11 +17,11 @@ def __getattr__(name: str):
     # The API is imported on first use (PEP 562): the filter plugins import vllm_fleet's
     # models and rendering in every Ansible worker, which must not pay for ansible-runner.
     if name in _API:
-        from vllm_fleet import api
+        from vllm_fleet import api  # noqa: PLC0415 - PEP 562: loaded on first use
 
         return getattr(api, name)
     raise AttributeError(f"module 'vllm_fleet' has no attribute {name!r}")
 
 
-__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "status", "RunResult", "HostResult", "TaskFailure",
-           "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]
+__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "status", "RunResult", "HostResult",
+           "TaskFailure", "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]

@@ -3,7 +3,8 @@
     import vllm_fleet
     result = vllm_fleet.provision("inventories/lab", limit="ascend-nodes")
     print(result)                      # per-host table
-    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory / 130 interrupted
+    result.ok, result.exit_code        # True/False, 0 / 2 failed / 3 unreachable / 4 invalid inventory /
+                                       # 130 interrupted
     result.hosts["ascend-01"].changed  # counts per host
     result.failures                    # each failed task with its host and message
     result.artifacts_dir               # ansible-runner's artifacts of the run
@@ -25,20 +26,18 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from vllm_fleet import PROJECT_DIR
-from vllm_fleet.validation import files as _inventory_files
+from vllm_fleet import bench as _bench
+from vllm_fleet import live_status
 from vllm_fleet import secrets as secrets_mod
+from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.project import PROJECT_DIR
+from vllm_fleet.validation import files as _inventory_files
 
-EXIT_OK = 0
-EXIT_FAILED = 2
-EXIT_UNREACHABLE = 3
-EXIT_INVALID_INVENTORY = 4
-#: The run was interrupted (Ctrl-C): the shell's 128 + SIGINT.
-EXIT_INTERRUPTED = 130
 MASK = secrets_mod.MASK
 
 EventHandler = Callable[[dict], Any]
@@ -212,7 +211,7 @@ def components_table(components: dict[str, list[dict]]) -> list[str]:
     widths = [min(max(len(row[i]) for row in rows + [head]), 44) for i in range(len(head))]
 
     def line(cells):
-        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
 
     out = [line(head)]
     out += [line(row[:-1]) + (f"  ({row[-1][:80]})" if row[5] != "ok" and row[-1] else "") for row in rows]
@@ -297,7 +296,8 @@ class _Collector:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
             if kind == "runner_on_ok" and isinstance(facts.get("doctor_report"), list):
                 self.components[data.get("host", "?")] = facts["doctor_report"]
-            if kind == "runner_on_ok" and "fleet_rollout_turn" in facts and data.get("host") not in self.rollout_reached:
+            if (kind == "runner_on_ok" and "fleet_rollout_turn" in facts
+                    and data.get("host") not in self.rollout_reached):
                 self.rollout_reached.append(data.get("host", "?"))
             if kind == "runner_on_ok" and isinstance(facts.get("fleet_release_state"), dict):
                 self._release(data.get("host", "?"), facts["fleet_release_state"])
@@ -345,7 +345,8 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
         collector.consume(event)
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
-                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations, check_stopped=collector.check_stopped,
+                     artifacts_dir=artifacts_dir, task_durations=collector.task_durations,
+                     check_stopped=collector.check_stopped,
                      components=collector.components, releases=collector.releases)
 
 
@@ -379,9 +380,9 @@ def _vault_secrets() -> tuple[list, list[str]]:
     """The vault secrets the run's Ansible would use, from ANSIBLE_VAULT_PASSWORD_FILE and
     ANSIBLE_VAULT_IDENTITY_LIST of this environment (ansible-runner hands it on; the project's
     ansible.cfg sets neither), and why each source that gives none is unusable."""
-    from ansible.errors import AnsibleError
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.parsing.vault import get_file_vault_secret
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.parsing.vault import get_file_vault_secret  # noqa: PLC0415
 
     sources = [(None, f) for f in [os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE", "")] if f]
     for item in os.environ.get("ANSIBLE_VAULT_IDENTITY_LIST", "").split(","):
@@ -405,8 +406,8 @@ def _vault_secrets() -> tuple[list, list[str]]:
 
 def _vault_decrypt(secrets: list, unusable: list[str]) -> Callable[[str], str]:
     """decrypt(ciphertext) -> text for inventory_files.vault_problems (VaultError when it cannot)."""
-    from ansible.errors import AnsibleError
-    from ansible.parsing.vault import VaultLib
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.parsing.vault import VaultLib  # noqa: PLC0415
 
     vault = VaultLib(secrets)
 
@@ -431,9 +432,9 @@ def inventory_run_problems(inventory: str | os.PathLike, limit: str | None = Non
     vaults = _inventory_files.vault_payloads(inventory)
     if not vaults and _inventory_files.surely_has_hosts(_inventory_files.yaml_groups(inventory), pattern, limit):
         return []  # the common case, without importing Ansible (~0.4 s of CPU)
-    from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
     loader = DataLoader()
     if vaults:
@@ -466,11 +467,12 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                  verbosity: int = 0, quiet: bool = True, rollout: dict | None = None) -> RunResult:
     """Run one of the project's playbooks (path relative to the project) through ansible-runner.
     `rollout` ({serial, max_fail_percentage, nodes}): the run is a rollout of those nodes."""
-    import ansible_runner
+    import ansible_runner  # noqa: PLC0415 - ansible-runner and Ansible only when a playbook runs
 
     inventory_path = Path(inventory)
     if not inventory_path.is_absolute():
-        inventory_path = (Path.cwd() / inventory_path) if (Path.cwd() / inventory_path).exists() else PROJECT_DIR / inventory_path
+        in_cwd = Path.cwd() / inventory_path
+        inventory_path = in_cwd if in_cwd.exists() else PROJECT_DIR / inventory_path
     if not inventory_path.exists():
         raise FileNotFoundError(f"inventory {inventory} does not exist")
     syntax = inventory_syntax_problems(inventory_path) or inventory_run_problems(inventory_path, limit, playbook)
@@ -583,8 +585,8 @@ def rollout(inventory, limit=None, extravars=None, serial: int | str = 1, max_fa
 def fleet_nodes(inventory, limit: str | None = None) -> list[str]:
     """The inventory's fleet nodes a run with `limit` targets, in inventory order (Ansible's own
     inventory parser: the same hosts ansible-playbook would see)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - Ansible loads slowly: only when needed
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
     manager = InventoryManager(loader=DataLoader(), sources=[str(Path(inventory).resolve())])
     if limit:
@@ -641,8 +643,6 @@ def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs)
 def status(inventory, limit=None, **kwargs):
     """Every model on every node, read live: unit state, /health, requests, KV cache, tokens/s and
     device health, without an Ansible run (vllm_fleet.live_status.status; `.exit_code` 0/3/5)."""
-    from vllm_fleet import live_status  # noqa: PLC0415 - imports this module
-
     return live_status.status(inventory, limit=limit, **kwargs)
 
 
@@ -650,6 +650,4 @@ def bench(inventory, limit=None, extravars=None, secrets=None, **kwargs):
     """Seed 000's multi-turn chat test on every chat model of the selected hosts (no playbook
     run: the controller asks the models directly); see vllm_fleet.bench.bench for the options.
     Returns a vllm_fleet.bench.BenchResult (figures per model, files written)."""
-    from vllm_fleet import bench as _bench
-
     return _bench.bench(inventory, limit, extravars=extravars, secrets=secrets, **kwargs)

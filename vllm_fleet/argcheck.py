@@ -529,7 +529,7 @@ def check(release: str, argvs: list[list[str]], *, fork_compilation_keys=(), **k
     """
     stripped = [strip_fork_keys(list(argv), fork_compilation_keys) for argv in argvs]
     results = run_checker(release, [argv for argv, _ in stripped], **kwargs)["results"]
-    for result, (_argv, keys) in zip(results, stripped):
+    for result, (_argv, keys) in zip(results, stripped, strict=False):
         result["unchecked_fork_keys"] = keys
         result["warnings"] = result.get("warnings", []) + [
             f"{key} is the vendor fork's extension; vLLM {release}'s parser did not check it" for key in keys]
@@ -641,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ArgcheckError, ValueError) as exc:
         print(f"argcheck: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps([{"argv": a, **r} for a, r in zip(argvs, results)], indent=2))
+    print(json.dumps([{"argv": a, **r} for a, r in zip(argvs, results, strict=False)], indent=2))
     return 0 if all(r["ok"] for r in results) else 1
 
 

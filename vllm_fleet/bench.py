@@ -29,22 +29,22 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from vllm_fleet import models as fleet_models
 from vllm_fleet import router
+from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_OK
+from vllm_fleet.exit_codes import EXIT_INVALID as EXIT_INVALID  # re-exported: bench.EXIT_INVALID
+from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MASK, mask_text, scrub_bytes
+from vllm_fleet.validation.files import file_problems as inventory_syntax_problems
 
 BENCH_DATA = fleet_models.DATA_DIR / "bench"
 CONVERSATIONS_FILE = BENCH_DATA / "seed000_conversations.json"
 SEED_RESULTS_FILE = BENCH_DATA / "seed000_results.tsv"
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 2
-EXIT_INVALID = 4
 
 #: Seed 001's `evalscope perf` command (its "性能验证脚本"), argument for argument. The
 #: tokenizer path is the seed's local model directory: here it must be given (--tokenizer-path).
@@ -131,8 +131,6 @@ class Target:
 def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, dict]:
     """Every selected host's variables, as Ansible merges them (group_vars, host_vars), from
     `ansible-inventory --list`: Ansible's own reader, vault and all, without a playbook run."""
-    from vllm_fleet.api import inventory_syntax_problems
-
     if not Path(inventory).exists():
         raise InventoryError(f"inventory {inventory} does not exist")
     syntax = inventory_syntax_problems(inventory)
@@ -142,8 +140,6 @@ def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, di
     cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", str(inventory), "--list"]
     if limit:
         cmd += ["--limit", limit]
-    from vllm_fleet import PROJECT_DIR
-
     # An inventory Ansible cannot parse is an error here, not a warning and an empty fleet.
     env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1"}
@@ -357,14 +353,15 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 def bench_model(target: Target, convs: list[dict], *, max_tokens: int | None = None, timeout: float = 600.0,
-                session=None, seed_model: str | None = None, log: Callable[[str], None] = lambda m: None) -> ModelResult:
+                session=None, seed_model: str | None = None,
+                log: Callable[[str], None] = lambda m: None) -> ModelResult:
     """Seed 000's procedure for one model: each conversation starts from its system prompt;
     each question is sent with the conversation so far, and the model's answer joins it
     as the assistant's turn before the next question (line 8: 多轮对话, multi-turn). Only
     the answer joins the history, not the reasoning text (vLLM's advice for reasoning models).
     `seed_model` names the row of seed 000's table to compare with, when the model's own
     names do not find it."""
-    import requests
+    import requests  # noqa: PLC0415 - the optional extra vllm-fleet[bench]
 
     seed = seed_match([seed_model] if seed_model else target.names)
     if seed_model and seed is None:
@@ -461,10 +458,10 @@ def write_csv(results: list[ModelResult], path: Path) -> None:
 def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
     """A bar chart of characters per second per model: the measured figure, and beside it, for a
     model of seed 000's table, the seed's A100 and MetaX C500 figures."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - the optional extra vllm-fleet[bench]
 
     matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     measured = [r for r in results if r.chars_per_s is not None or r.seed_model]
     labels = [f"{r.model}\n({r.host})" + (f"\nseed: {r.seed_model}" if r.seed_model else "") for r in measured]
@@ -476,7 +473,7 @@ def chart(results: list[ModelResult], path: Path, title: str = "") -> None:
     fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(measured) + 2), 4.5))
     for i, (name, values, colour) in enumerate(series):
         xs = [x + (i - 1) * width for x in range(len(measured))]
-        present = [(x, v) for x, v in zip(xs, values) if v is not None]
+        present = [(x, v) for x, v in zip(xs, values, strict=False) if v is not None]
         if not present:
             continue
         bars = ax.bar([x for x, _ in present], [v for _, v in present], width, label=name, color=colour)

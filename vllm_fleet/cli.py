@@ -7,7 +7,8 @@
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
     vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P] [--json]
     vllm-fleet status    [-i INVENTORY] [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
-    vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N] [--evalscope ...] [--json]
+    vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N]
+                         [--evalscope ...] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
@@ -25,15 +26,11 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet import PROJECT_DIR, __version__
+from vllm_fleet import __version__, api, bench, lab, live_status
+from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from vllm_fleet.exit_codes import EXIT_UNREACHABLE as EXIT_UNREACHABLE  # re-exported: cli.EXIT_UNREACHABLE
+from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.vendors import VENDORS
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_FAILED = 2
-EXIT_UNREACHABLE = 3
-EXIT_INVALID = 4
-EXIT_USAGE = 64
 
 DEFAULT_INVENTORY = "inventories/lab"
 
@@ -163,8 +160,6 @@ def _inventory(path: str) -> str:
 # ------------------------------------------------------------------ commands
 
 def cmd_run(args) -> int:
-    from vllm_fleet import api
-
     inventory = _inventory(args.inventory)
     extravars = parse_extravars(args.extra_vars)
     secrets = load_secrets(args.secrets)
@@ -194,8 +189,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from vllm_fleet import api
-
     inventory = _inventory(args.inventory)
     progress = None if args.quiet else Progress()
     try:
@@ -214,8 +207,6 @@ def cmd_plan(args) -> int:
 
 def cmd_status(args) -> int:
     """One table of every model on every node (vllm_fleet/live_status.py); --watch redraws it in place."""
-    from vllm_fleet import live_status
-
     inventory = _inventory(args.inventory)
     secrets = load_secrets(args.secrets)
     live = args.watch is not None and sys.stdout.isatty() and not args.json
@@ -236,8 +227,6 @@ def cmd_status(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    from vllm_fleet import lab
-
     log = (lambda m: None) if args.json else (lambda m: print(f"==> {m}", file=sys.stderr))
     try:
         if args.lab_command == "up":
@@ -275,8 +264,6 @@ def _name_value(text: str) -> str:
 def cmd_bench(args) -> int:
     """Seed 000's multi-turn chat test on the fleet's chat models (vllm_fleet.bench), or with
     --evalscope seed 001's evalscope checks."""
-    from vllm_fleet import bench
-
     log = (lambda m: None) if args.json or args.quiet else (lambda m: print(f"==> {m}", file=sys.stderr))
     try:
         targets = bench.targets_from_hostvars(bench.inventory_hostvars(_inventory(args.inventory), args.limit),
@@ -348,8 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         run_options(p)
         p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
         p.set_defaults(func=cmd_run)
-    p = sub.add_parser("rollout", help="apply the inventory's changes a batch of nodes at a time, each drained from its "
-                       "routers, gated, and sent back to its previous release if it fails")
+    p = sub.add_parser("rollout", help="apply the inventory's changes a batch of nodes at a time, each drained from "
+                       "its routers, gated, and sent back to its previous release if it fails")
     run_options(p)
     p.add_argument("--serial", default="1", help="nodes per batch: a number or a percentage such as 25%% (default 1)")
     p.add_argument("--max-fail-percentage", type=int, default=0,
@@ -369,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=float, default=1.0, help="seconds between the two /metrics reads (default 1)")
     p.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
                    help="refresh in place every SECONDS (default 2) until Ctrl-C")
-    p.add_argument("--no-ssh", action="store_true", help="read only the models' HTTP endpoints (no unit state, no devices)")
+    p.add_argument("--no-ssh", action="store_true",
+                   help="read only the models' HTTP endpoints (no unit state, no devices)")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("bench", help="seed 000's multi-turn chat test (characters/s) on every chat model; "
                                      "--evalscope: seed 001's evalscope checks")
@@ -410,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--routers", type=int, default=0,
                       help="router nodes (HAProxy, roles/router) besides the fleet's, in the group router (default 0)")
     p_up.add_argument("--monitoring", type=int, default=0,
-                      help="monitoring nodes (Prometheus, roles/monitoring) besides the fleet's, in the group monitoring")
+                      help="monitoring nodes (Prometheus, roles/monitoring) besides the fleet's, in the group "
+                      "monitoring")
     p_up.add_argument("--inventory", help="where to write the inventory (default: inventories/<name>)")
     p_down = lab_sub.add_parser("down", help="remove every trace of the lab")
     p_down.add_argument("--purge", action="store_true", help="also remove the build cache (rootfs, downloads)")

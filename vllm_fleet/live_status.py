@@ -39,15 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from vllm_fleet import PROJECT_DIR, router
-from vllm_fleet.api import scrub
-
-EXIT_OK = 0
-#: Nothing is down, but something could not be read: a node over SSH (its units and devices),
-#: or a model's endpoints.
-EXIT_UNREACHABLE = 3
-#: Something is down: a unit not active, /health not answering 200, or a device in Critical health.
-EXIT_DOWN = 5
+from vllm_fleet import router
+from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.project import PROJECT_DIR
+from vllm_fleet.secrets import scrub
 
 #: vLLM's Prometheus names (docs.vllm.ai, "Production Metrics"). KV cache usage was
 #: vllm:gpu_cache_usage_perc before the V1 engine's vllm:kv_cache_usage_perc.
@@ -202,7 +197,7 @@ def table(result: StatusResult) -> list[str]:
 
     def line(row):
         return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
-                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+                         for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
 
     out = [line(head)] + [line(c) for c in cells]
     if not cells:
@@ -350,7 +345,8 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
              "python3 -c 'import time; print(time.time(), time.monotonic())' 2>/dev/null"
              " || echo \"$(date +%s) $(cut -d' ' -f1 /proc/uptime)\"",
              f"echo '{_MARK}units'",
-             "systemctl show --property=" + ",".join(UNIT_PROPERTIES) + " -- " + " ".join(shlex.quote(u) for u in units)]
+             "systemctl show --property=" + ",".join(UNIT_PROPERTIES) + " -- "
+             + " ".join(shlex.quote(u) for u in units)]
     accel = _accel()
     spec = accel.VENDORS.get(vendor or "")
     if spec and vendor != "cpu":
@@ -433,7 +429,8 @@ HOST_KEYS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_privat
 _PLUGINS_READY = False
 
 
-def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None, secrets: dict | None = None) -> dict[str, dict]:
+def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None,
+                    secrets: dict | None = None) -> dict[str, dict]:
     """The fleet hosts of the inventory (within `limit`) with the variables status reads,
     resolved by ansible-core as a play would see them (group and host vars, templates);
     `secrets` win over the inventory, as extra vars do."""
@@ -464,7 +461,8 @@ def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None, secr
         except AnsibleError as exc:  # an undefined variable, a vault without its password
             raise ValueError(f"host {host.name}: {exc.message}") from None
     if not hosts:
-        raise ValueError(f"no host of the group fleet in {inventory}" + (f" matches the limit {limit!r}" if limit else ""))
+        raise ValueError(f"no host of the group fleet in {inventory}"
+                         + (f" matches the limit {limit!r}" if limit else ""))
     return hosts
 
 
@@ -587,7 +585,8 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
             second = {"code": code2, "error": error2, "t": (t2 + time.monotonic()) / 2, "text": text2}
         apply_reads(row, {"health": code, "health_error": error, "first": first, "second": second})
 
-    jobs = ([(node_job, h) for h in sorted(hosts)] if ssh else []) + [(model_job, r) for r in rows if r.via == "controller"]
+    jobs = (([(node_job, h) for h in sorted(hosts)] if ssh else [])
+            + [(model_job, r) for r in rows if r.via == "controller"])
     with ThreadPoolExecutor(max_workers=min(64, max(1, len(jobs)))) as pool:
         for future in [pool.submit(fn, arg) for fn, arg in jobs]:
             future.result()

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from vllm_fleet import vendors
+from vllm_fleet.render import env_file
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -173,9 +174,9 @@ def _span(model: dict, serve: dict, host: str | None, where: str, problems: list
     devices = model.get("devices")
     if isinstance(devices, list) and devices and isinstance(tp, int) and isinstance(pp, int) \
             and len(devices) * len(nodes) != tp * pp:
-        problems.append(f"model {name}: tp x pp = {tp} x {pp} = {tp * pp} devices, but devices gives {len(devices)} per "
-                        f"node x {len(nodes)} nodes = {len(devices) * len(nodes)}; list tensor_parallel_size devices "
-                        "(the same on every member)")
+        problems.append(f"model {name}: tp x pp = {tp} x {pp} = {tp * pp} devices, but devices gives {len(devices)} "
+                        f"per node x {len(nodes)} nodes = {len(devices) * len(nodes)}; list tensor_parallel_size "
+                        "devices (the same on every member)")
     backend = serve.get("distributed_executor_backend")
     if backend not in (None, "ray"):
         problems.append(f"model {name}: spans nodes, so serve.distributed_executor_backend must be ray (or left out), "
@@ -198,10 +199,11 @@ def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) ->
         return []
     names = [str(a.get("name")) for a in adapters]
     for dup in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"{where}.lora_adapters: the name {dup!r} is used more than once; each adapter needs its own name")
+        problems.append(f"{where}.lora_adapters: the name {dup!r} is used more than once; each adapter needs its "
+                        "own name")
     if serve.get("enable_lora") is False:
-        problems.append(f"{where}.serve.enable_lora = false, but lora_adapters lists {len(adapters)} adapter(s) and vLLM "
-                        "loads adapters only with --enable-lora; accepted: leave enable_lora out (models with "
+        problems.append(f"{where}.serve.enable_lora = false, but lora_adapters lists {len(adapters)} adapter(s) and "
+                        "vLLM loads adapters only with --enable-lora; accepted: leave enable_lora out (models with "
                         "adapters get it) or true")
     serve["enable_lora"] = True
     serve["lora_modules"] = [f"{a.get('name')}={a.get('path')}" for a in adapters]
@@ -241,8 +243,6 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     base_port = base_port if isinstance(base_port, int) and not isinstance(base_port, bool) else DEFAULT_BASE_PORT
     problems: list[str] = []
     resolved: list[dict] = []
-    from vllm_fleet.render import env_file  # noqa: PLC0415 - render imports nothing from here
-
     def env_problem(env: dict | None) -> str | None:
         try:
             env_file({k: env_value(v) for k, v in (env or {}).items() if v is not None})
@@ -284,8 +284,8 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                 problems.append(f"{where}.serve.{key}: set it as the model's `{RESERVED_FLAGS[key]}` field instead")
         serve = {**_normalise_serve(serve_defaults), **_normalise_serve(prof.get("serve")), **own_serve}
         serve = {k: v for k, v in serve.items() if v is not None and k not in RESERVED_FLAGS}
-        env = {k: env_value(v) for k, v in {**(serve_env or {}), **(prof.get("env") or {}), **(model.get("env") or {})}.items()
-               if v is not None}
+        merged_env = {**(serve_env or {}), **(prof.get("env") or {}), **(model.get("env") or {})}
+        env = {k: env_value(v) for k, v in merged_env.items() if v is not None}
         own_env = model.get("env")
         if isinstance(own_env, dict) and (problem := env_problem(own_env)):
             problems.append(f"{where}.env: {problem}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from vllm_fleet.role_specs import role_default
 from vllm_fleet.router import node_address, served_models
 
 #: Prometheus job names and label values built from host and model names: letters, digits, `_`.
@@ -69,10 +70,10 @@ def model_targets(fleet_hosts: dict[str, dict]) -> list[dict]:
 
 def exporter_port(host_vars: dict) -> int:
     """The host's node exporter port: its own monitoring_node_exporter_port, else the role's default."""
-    from vllm_fleet.validation.specs import role_default  # noqa: PLC0415 - validation imports this module
-
     port = host_vars.get("monitoring_node_exporter_port")
-    return port if isinstance(port, int) and not isinstance(port, bool) else role_default("monitoring_node_exporter_port")
+    if isinstance(port, int) and not isinstance(port, bool):
+        return port
+    return role_default("monitoring_node_exporter_port")
 
 
 def node_targets(hosts: dict[str, dict]) -> list[dict]:

@@ -103,10 +103,3 @@ def release_state(dirs: list[str], complete: list[str], current: str, history: l
 def history_after_switch(history: list[str], target: str) -> list[str]:
     """The activation history once `target` is made current."""
     return [r for r in history if r != target] + [target]
-
-
-def vendor_release_id(matrix: dict, vendor: str) -> str:
-    """The id of the release `matrix` defines on a node of `vendor` (its contract's release keys)."""
-    from vllm_fleet import vendors
-
-    return release_id(matrix, list(vendors.contract(vendor)["release"]), vendor)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Iterable
+import shlex
+from collections.abc import Iterable
+from typing import Any
 
 # Arguments made only of these characters need no quoting in a systemd command line.
 _SYSTEMD_BARE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -134,8 +136,6 @@ def systemd_command(argv: Iterable[str]) -> str:
 
 def shell_command(argv: Iterable[str]) -> str:
     """The same command line for a human's shell (what `plan` prints)."""
-    import shlex
-
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 

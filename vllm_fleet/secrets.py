@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 MASK = "********"
 
 #: Variables (and keys at any depth) whose values are secrets: never echoed in a message.
-_SECRET_WORDS = re.compile(r"(?<!tik)token(?!iz)|api_?key|access_?key|password|passwd|secret|credential|private_key", re.I)
+_SECRET_WORDS = re.compile(r"(?<!tik)token(?!iz)|api_?key|access_?key|password|passwd|secret|credential|private_key",
+                           re.I)
 #: Names with "token" that count tokens (max_num_batched_tokens, ...) and are no secrets.
 _TOKEN_COUNTS = re.compile(r"max_|num_|_len|batched|budget|count", re.I)
 #: Secrets shorter than this are not masked by value (a two-letter value would mask every

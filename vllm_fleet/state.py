@@ -38,7 +38,8 @@ def doctor_line(row: dict) -> str:
     installed = row.get("installed")
     verdict = "ok" if row.get("ok") else "DIFFERS"
     return (f"{row.get('component')} ({row.get('kind')}): expected {'any' if expected is None else expected}, "
-            f"installed {'nothing' if installed in (None, '') else installed}: {verdict} - {row.get('detail') or ''}").rstrip(" -")
+            f"installed {'nothing' if installed in (None, '') else installed}: {verdict} - {row.get('detail') or ''}"
+            ).rstrip(" -")
 
 
 def driver_mismatch(row: dict) -> str:

@@ -17,12 +17,13 @@ by ``roles/fleet``); Python reads its plain (untemplated) entries through
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import yaml
 
-from vllm_fleet import PROJECT_DIR
+from vllm_fleet import release
+from vllm_fleet.project import PROJECT_DIR
 
 ROLES_DIR = PROJECT_DIR / "roles"
 _ACCEL = PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py"
@@ -55,7 +56,7 @@ def role_dir(vendor: str) -> Path:
     return ROLES_DIR / vendor
 
 
-@lru_cache(maxsize=None)
+@cache
 def contract(vendor: str) -> dict:
     """The vendor's contract as written in roles/<vendor>/vars/main.yml.
 
@@ -80,3 +81,8 @@ def deploy_modes(vendor: str) -> list[str]:
 def shared_devices(vendor: str) -> bool:
     """Whether the models of a node share its devices (CPU nodes' NUMA nodes) rather than each get its own."""
     return bool(contract(vendor).get("shared_devices"))
+
+
+def vendor_release_id(matrix: dict, vendor: str) -> str:
+    """The id of the release `matrix` defines on a node of `vendor` (its contract's release keys)."""
+    return release.release_id(matrix, list(contract(vendor)["release"]), vendor)

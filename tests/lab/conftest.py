@@ -81,7 +81,8 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
     cmd += [playbook, *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=lab_env(), capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
+                             f"{proc.stderr[-2000:]}")
     return proc
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from vllm_fleet.release import vendor_release_id
+from vllm_fleet.vendors import vendor_release_id
 
 from .conftest import LAB, group_vars, recap, run_playbook, write_overrides
 
@@ -80,9 +80,11 @@ def test_doctor_passes_then_names_the_changed_component(lab):
 
 
 def test_the_model_answers_the_seed_question(lab):
-    port = lab.run(LAB, "ascend-02", "systemctl show -p ExecStart vllm-gpt-oss-120b.service").split("--port ")[1].split()[0]
+    exec_start = lab.run(LAB, "ascend-02", "systemctl show -p ExecStart vllm-gpt-oss-120b.service")
+    port = exec_start.split("--port ")[1].split()[0]
     out = lab.run(LAB, "ascend-02",
                   f"curl -s http://127.0.0.1:{port}/v1/chat/completions -H 'Content-Type: application/json' "
-                  "-d '{\"model\":\"gpt-oss-120b-bf16\", \"messages\":[{\"role\":\"user\",\"content\":\"who are you\"}]}'")
+                  "-d '{\"model\":\"gpt-oss-120b-bf16\", "
+                  "\"messages\":[{\"role\":\"user\",\"content\":\"who are you\"}]}'")
     assert '"model": "gpt-oss-120b-bf16"' in out or '"model":"gpt-oss-120b-bf16"' in out
     assert "who are you" in out

@@ -45,7 +45,8 @@ def test_missing_device_node_is_reported(lab):
     try:
         facts = run_playbook("-l", "ascend-01", playbook="playbooks/report.yml", check=True)
         assert "8 x ascend 910B3" in facts.stdout
-        out = lab.run(LAB, "ascend-01", "python3 - <<'EOF'\nimport os\nprint(os.path.exists('/dev/davinci_manager'))\nEOF")
+        out = lab.run(LAB, "ascend-01",
+                      "python3 - <<'EOF'\nimport os\nprint(os.path.exists('/dev/davinci_manager'))\nEOF")
         assert out.strip() == "False"
     finally:
         lab.run(LAB, "ascend-01", "systemctl restart vllm-fleet-lab-devices.service")

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.parser
 
 def make_wheel(path: Path, requires: list[str]) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
-        meta = "Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        meta = ("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n"
+                + "".join(f"Requires-Dist: {r}\n" for r in requires))
         zf.writestr("vllm-9.9.9.dist-info/METADATA", meta)
     return path
 

@@ -24,9 +24,12 @@ def test_shipped_serve_options_match_the_real_parsers():
         pytest.skip(f"no CPU torch on this machine to build the parsers: {exc}")
     if fresh != shipped:
         old, new = json.loads(shipped)["releases"], json.loads(fresh)["releases"]
+        def options(serve_options, r):
+            return (serve_options.get(r) or {}).get("options", {})
+
         diff = sorted({f"{r}: {name}" for r in set(old) | set(new)
-                       for name in set((old.get(r) or {}).get("options", {})) | set((new.get(r) or {}).get("options", {}))
-                       if (old.get(r) or {}).get("options", {}).get(name) != (new.get(r) or {}).get("options", {}).get(name)})
+                       for name in set(options(old, r)) | set(options(new, r))
+                       if options(old, r).get(name) != options(new, r).get(name)})
         pytest.fail("vllm_fleet/data/serve_options.json differs from the parsers (run `python -m vllm_fleet.argcheck "
                     f"--describe`); releases shipped {sorted(old)}, pinned {sorted(new)}; options that differ: "
                     + ", ".join(diff[:30]))

@@ -18,9 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import ansible.module_utils
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / 'fixtures' / 'smi'

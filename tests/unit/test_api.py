@@ -154,9 +154,11 @@ def test_cli_usage_errors(capsys):
 def test_rescued_failures_do_not_count():
     """A mirror that fails before the next one serves: a failed event, a rescue, and a clean recap."""
     events = [
-        {"event": "runner_on_failed", "event_data": {"host": "a", "task": "Fetch from mirror 1", "res": {"msg": "down"}}},
+        {"event": "runner_on_failed",
+         "event_data": {"host": "a", "task": "Fetch from mirror 1", "res": {"msg": "down"}}},
         {"event": "runner_on_ok", "event_data": {"host": "a", "task": "Fetch from mirror 2", "res": {"changed": True}}},
-        {"event": "runner_on_failed", "event_data": {"host": "b", "task": "Fetch from mirror 1", "res": {"msg": "down"}}},
+        {"event": "runner_on_failed",
+         "event_data": {"host": "b", "task": "Fetch from mirror 1", "res": {"msg": "down"}}},
         {"event": "runner_on_failed", "event_data": {"host": "b", "task": "No source had it", "res": {"msg": "none"}}},
         {"event": "playbook_on_stats", "event_data": {"ok": {"a": 2, "b": 1}, "changed": {"a": 1},
                                                        "failures": {"b": 1}, "rescued": {"a": 1, "b": 1},

@@ -224,7 +224,7 @@ def test_command_line_prints_what_build_all_returns(npu_smi, tmp_path, old):
     result = subprocess.run(
         [sys.executable, str(BUILD_PY), "--out", str(tmp_path), "--arch", ARCH, "--npu-smi", str(npu_smi),
          "--driver", OLD["driver"], "--firmware", OLD["firmware"], "--cann", OLD["cann"]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True,
+        capture_output=True, text=True, check=True,
     )
     printed = json.loads(result.stdout)
     assert {key: value["sha256"] for key, value in printed.items()} == {
@@ -234,7 +234,7 @@ def test_command_line_prints_what_build_all_returns(npu_smi, tmp_path, old):
     result = subprocess.run(
         [sys.executable, str(BUILD_PY), "--out", str(tmp_path / "none"), "--npu-smi", str(tmp_path / "missing"),
          "--driver", "25.3.rc1", "--firmware", "7.8.0.2.212", "--cann", "8.3.RC1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        capture_output=True, text=True,
     )
     assert result.returncode == 1
     assert "npu-smi simulator" in result.stderr
@@ -356,7 +356,8 @@ def test_driver_upgrade(old, new, root):
     assert not (root / MARKER).exists()
 
     output = ok(new["driver"], "--upgrade", root=root)
-    assert "[INFO]Driver package upgraded successfully! Reboot needed for installation/upgrade to take effect!" in output
+    assert ("[INFO]Driver package upgraded successfully! Reboot needed for installation/upgrade to take effect!"
+            in output)
     assert read(root, MARKER) == "driver upgrade 25.3.rc1 25.5.0\n"
     assert read(root, f"{ASCEND}/driver/version.info").startswith("Version=25.5.0\n")
     assert read(root, "etc/ascend_install.info") == DRIVER_INSTALL_INFO
@@ -364,8 +365,10 @@ def test_driver_upgrade(old, new, root):
 
 def test_driver_upgrade_rejects_install_options(old, new, root):
     install_driver(old, root)
-    assert "install-path param need used with full" in fails(new["driver"], "--upgrade", "--install-path=/opt/x", root=root)
-    assert "install-for-all param need used with full" in fails(new["driver"], "--upgrade", "--install-for-all", root=root)
+    assert "install-path param need used with full" in fails(new["driver"], "--upgrade", "--install-path=/opt/x",
+                                                             root=root)
+    assert "install-for-all param need used with full" in fails(new["driver"], "--upgrade", "--install-for-all",
+                                                                root=root)
 
 
 def test_driver_with_another_running_user(old, root):
@@ -422,7 +425,8 @@ def sourced_env(root: Path, script: str, *args: str) -> dict[str, str]:
 
 def test_toolkit_install(old, root):
     output = ok(old["toolkit"], "--install", root=root)
-    assert "Toolkit:  Ascend-cann-toolkit_8.3.RC1_linux-x86_64 install success, installed in /usr/local/Ascend." in output
+    assert ("Toolkit:  Ascend-cann-toolkit_8.3.RC1_linux-x86_64 install success, installed in /usr/local/Ascend."
+            in output)
     assert "Driver:   Not installed." in output
     assert read(root, f"{TOOLKIT}/8.3.RC1/x86_64-linux/ascend_toolkit_install.info") == TOOLKIT_INSTALL_INFO
     assert os.readlink(root / TOOLKIT / "latest") == "8.3.RC1"
@@ -469,7 +473,8 @@ def test_kernels_need_the_toolkit_of_their_version(old, new, root):
     before = tree(root / TOOLKIT)
 
     output = fails(new["kernels"], "--install", root=root)
-    assert "Ascend-cann-toolkit 8.5.0 is not installed in /usr/local/Ascend/ascend-toolkit (installed: 8.3.RC1)" in output
+    assert ("Ascend-cann-toolkit 8.5.0 is not installed in /usr/local/Ascend/ascend-toolkit (installed: 8.3.RC1)"
+            in output)
     assert tree(root / TOOLKIT) == before
 
     output = ok(old["kernels"], "--install", root=root)
@@ -489,7 +494,8 @@ def test_nnal_needs_the_toolkit_environment(old, root, tmp_path):
     output = fails(old["nnal"], "--install", root=root)
     assert "ASCEND_TOOLKIT_HOME is unset" in output and "set_env.sh" in output
     missing = str(tmp_path / "no-toolkit")
-    assert f"ASCEND_TOOLKIT_HOME is {missing}" in fails(old["nnal"], "--install", root=root, ASCEND_TOOLKIT_HOME=missing)
+    assert f"ASCEND_TOOLKIT_HOME is {missing}" in fails(old["nnal"], "--install", root=root,
+                                                        ASCEND_TOOLKIT_HOME=missing)
     assert not (root / ASCEND / "nnal").exists()
 
     result = subprocess.run(
@@ -497,7 +503,8 @@ def test_nnal_needs_the_toolkit_environment(old, root, tmp_path):
         env=lab_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert result.returncode == 0, result.stdout
-    assert "Ascend-cann-nnal_8.3.RC1_linux-x86_64 install success, installed in /usr/local/Ascend/nnal." in result.stdout
+    assert ("Ascend-cann-nnal_8.3.RC1_linux-x86_64 install success, installed in /usr/local/Ascend/nnal."
+            in result.stdout)
     assert read(root, f"{ATB}/8.3.RC1/version.info") == NNAL_VERSION_INFO
     assert os.readlink(root / ATB / "latest") == "8.3.RC1"
     for abi in ("cxx_abi_0", "cxx_abi_1"):

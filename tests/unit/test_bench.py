@@ -273,8 +273,8 @@ def test_a_model_is_compared_with_the_seed_row_it_is_given(engine, tmp_path):
 def host_vars(**extra):
     return {"ansible_host": "192.0.2.7", "fleet_accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1},
             "fleet_models": [
-                {"name": "tiny-chat", "kind": "chat", "path": "/m/tiny", "source": {"type": "hf", "repo": "Qwen/Qwen3-4B"},
-                 "serve": {"served_model_name": "tiny"}},
+                {"name": "tiny-chat", "kind": "chat", "path": "/m/tiny",
+                 "source": {"type": "hf", "repo": "Qwen/Qwen3-4B"}, "serve": {"served_model_name": "tiny"}},
                 {"name": "tiny-embed", "kind": "embedding", "path": "/m/embed"},
                 {"name": "tiny-off", "kind": "chat", "path": "/m/off", "enabled": False},
                 {"name": "own-key", "kind": "gptq", "path": "/m/gptq", "secret_env": {"VLLM_API_KEY": "model-key"}}],
@@ -315,8 +315,8 @@ def test_the_command_reads_the_inventory_and_benches_its_models(engine, tmp_path
     inventory = tmp_path / "inventory"
     (inventory / "group_vars" / "cpu-nodes").mkdir(parents=True)
     (inventory / "hosts.yml").write_text(yaml.safe_dump(
-        {"all": {"children": {"fleet": {"children": {"cpu-nodes": {"hosts": {"cpu-01": {"ansible_host": "127.0.0.1"},
-                                                                             "cpu-02": {"ansible_host": "127.0.0.2"}}}}}}}}))
+        {"all": {"children": {"fleet": {"children": {"cpu-nodes": {"hosts": {
+            "cpu-01": {"ansible_host": "127.0.0.1"}, "cpu-02": {"ansible_host": "127.0.0.2"}}}}}}}}))
     hv = host_vars(fleet_serve_base_port=engine.port)
     hv.pop("ansible_host")
     hv["fleet_models"] = hv["fleet_models"][:2]

@@ -46,7 +46,7 @@ nvidia-01                  : ok=5    changed=2    unreachable=0    failed=0    s
 \x1b[0;31mnvidia-02\x1b[0m                  : ok=1    changed=0    unreachable=1    failed=0    skipped=0    rescued=0    ignored=0
 
 Tuesday 01 December 2026  01:30:00 +0000 (0:00:00.100)       0:00:09.000 ******
-"""
+"""  # noqa: E501 - Ansible's recap, as it prints it
     recap = bench.parse_recap(text)
     assert recap == {
         "nvidia-01": {"ok": 5, "changed": 2, "unreachable": 0, "failed": 0, "skipped": 0, "rescued": 0, "ignored": 0},

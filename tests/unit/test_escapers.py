@@ -15,8 +15,8 @@ from vllm_fleet import render
 FILTERS = FilterModule().filters()
 HOSTILE = ["0.0.0.0 backup", "a#b", "${HOME}", "$(id)", "100%", "it's", 'say "hi"', "back\\slash", "a;b",
            "", "  ", "é", "a\tb", "x\ny", "end\\", "line\r", "nul\x00"]
-PLAIN = ["0.0.0.0", "::", "[::1]:9000", "1.17.4-1~ubuntu22.04", "192.0.2.7:8000", "/var/lib/prometheus/node-exporter", "10m", "vllm",
-         "model_qwen3-0.6b", "leastconn", "0660", "1.5"]
+PLAIN = ["0.0.0.0", "::", "[::1]:9000", "1.17.4-1~ubuntu22.04", "192.0.2.7:8000", "/var/lib/prometheus/node-exporter",
+         "10m", "vllm", "model_qwen3-0.6b", "leastconn", "0660", "1.5"]
 CONTROL = ("\n", "\r", "\t", "\x00")
 
 

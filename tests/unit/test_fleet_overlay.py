@@ -19,11 +19,10 @@ import sys
 import tarfile
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 
 from tests.conftest import ansible_module
-
-import ansible.module_utils
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent
@@ -286,7 +285,8 @@ def test_module_end_to_end(env):
     assert run_module(args)["changed"] is True
     assert run_module(args)["changed"] is False
     removed = run_module({"name": "vllm", "state": "absent", "state_dir": str(env["state"])})
-    assert removed["changed"] is True and sorted(removed["restored"]) == ["vllm/_C.abi3.so", "vllm/platforms/__init__.py"]
+    assert removed["changed"] is True
+    assert sorted(removed["restored"]) == ["vllm/_C.abi3.so", "vllm/platforms/__init__.py"]
     assert snapshot(env["site"]) == before
     failed = run_module({**args, "sha256": "abc"})
     assert "64 lowercase hexadecimal" in failed["msg"] and failed["changed"] is False
@@ -353,7 +353,8 @@ def test_versions_check_applied_overlays(env):
     # Another artifact than the matrix's.
     args["overlays"]["vllm"]["sha256"] = "f" * 64
     _code, result = run_versions(args)
-    assert result["mismatches"][0].startswith(f"vllm overlay: expected sha256 {'f' * 64}, applied sha256 {env['sha']}; ")
+    assert result["mismatches"][0].startswith(
+        f"vllm overlay: expected sha256 {'f' * 64}, applied sha256 {env['sha']}; ")
 
 
 def test_versions_overlay_options_are_checked_first():

@@ -22,10 +22,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 import yaml
-
-import ansible.module_utils
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent

@@ -5,7 +5,8 @@ validation with a problem that names the variable, and no problem may show a sec
 The machinery (base inventory, generator, judging, plan checks) is tests/fuzz_inventory.py.
 Environment knobs, for a local hunt: FUZZ_BUDGET (mutations judged, default 2100, sampled
 with a fixed seed from all of them; 0 = all), FUZZ_PLAN_RUNS (plan.yml runs for got-through
-mutations, default 2: one takes 10-15 s while CI runs; up to 10 in a quiet run), FUZZ_EXAMPLES (got-through examples printed, default 40).
+mutations, default 2: one takes 10-15 s while CI runs; up to 10 in a quiet run), FUZZ_EXAMPLES
+(got-through examples printed, default 40).
 """
 
 from __future__ import annotations

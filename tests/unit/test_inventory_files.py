@@ -257,7 +257,8 @@ def test_the_command_line_refuses_a_vault_without_its_password(vaulted):
 # ------------------------------------------------------------------ case 5: shapes Ansible skips
 
 @pytest.mark.parametrize("hosts_yml,expected", [
-    ("- cpu-01\n", "inventory file hosts.yml, line 1: holds a list; an inventory file must be a mapping of group names"),
+    ("- cpu-01\n",
+     "inventory file hosts.yml, line 1: holds a list; an inventory file must be a mapping of group names"),
     ("all:\n  children:\n    fleet:\n      children:\n        cpu-nodes:\n          hosts: [cpu-01]\n",
      ("inventory file hosts.yml, line 6: group cpu-nodes: hosts: is a list; Ansible would drop this file's groups and "
      "hosts; accepted: a mapping of host names to their variables")),

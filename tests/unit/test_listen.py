@@ -118,5 +118,6 @@ def test_listen_must_be_an_address(example, listen):
 def test_a_bad_key_is_refused_without_showing_it(example, key):
     example["nvidia-01"]["fleet_serve_api_key"] = key
     problems = problems_for(example)
-    assert problems and all(p.startswith("host nvidia-01: fleet_serve_api_key = ******** (") for p in problems), problems
+    assert problems, problems
+    assert all(p.startswith("host nvidia-01: fleet_serve_api_key = ******** (") for p in problems), problems
     assert "ZQX" not in str(problems) and "98765432109876543210" not in str(problems)

@@ -108,7 +108,8 @@ def test_node_output_uses_the_facts_modules_parser_for_device_health():
     failed = live_status.parse_node_output(
         "n", "nvidia", f"{live_status._MARK}smi\nFailed to initialize NVML: Driver/library version mismatch\n"
         f"{live_status._MARK}smi-rc 18\n")
-    assert (failed.device_health, failed.smi_error) == ("unknown", "Failed to initialize NVML: Driver/library version mismatch")
+    assert (failed.device_health, failed.smi_error) == (
+        "unknown", "Failed to initialize NVML: Driver/library version mismatch")
 
 
 # ------------------------------------------------------------------ engines in this process

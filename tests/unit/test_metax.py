@@ -15,10 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ansible.module_utils
 import pytest
 import yaml
-
-import ansible.module_utils
 
 from tests.conftest import ansible_playbook, example_hosts
 from tests.systemd_syntax import exec_start
@@ -66,7 +65,7 @@ def problems(host_vars: dict) -> list[str]:
 def test_every_model_of_the_seed_table_is_in_the_example(metax):
     repos = [m["source"]["repo"] for m in metax["fleet_models"]]
     assert len(repos) == len(SEED_TABLE) == 23
-    for repo, (seed_name, _a100, _metax) in zip(repos, SEED_TABLE):
+    for repo, (seed_name, _a100, _metax) in zip(repos, SEED_TABLE, strict=False):
         assert repo == seed_name or repo == f"Qwen/{seed_name}", (repo, seed_name)
     # The table's measurements are kept next to each model, for the benchmark to compare with.
     text = MODELS_FILE.read_text()
@@ -129,7 +128,8 @@ def test_gpt_oss_without_the_triton_backend_is_refused(metax):
 def test_the_tokenizer_cache_needs_its_matrix_entry(metax):
     del metax["fleet_matrix"]["tiktoken_o200k"]
     (p,) = problems(metax)
-    assert p.startswith("host metax-01: model gpt-oss-20b: tokenizer_cache = 'o200k_base' needs fleet_matrix.tiktoken_o200k")
+    assert p.startswith(
+        "host metax-01: model gpt-oss-20b: tokenizer_cache = 'o200k_base' needs fleet_matrix.tiktoken_o200k")
 
 
 def test_overlays_that_cover_each_other_are_refused(metax):
@@ -181,7 +181,8 @@ def test_host_mode_units_load_maca_and_join_the_video_group(tmp_path):
     assert "User=vllm" in lines and "SupplementaryGroups=video" in lines
     argv = exec_start(unit)
     assert argv[: argv.index("--")] == ["/opt/vllm-fleet/bin/vllm-fleet-launch", "--source", "/etc/profile.d/maca.sh"]
-    assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve", "/home/models/gpt-oss-20b-BF16",
+    assert argv[argv.index("--") + 1:] == ["/opt/vllm-fleet/current/venv/bin/vllm", "serve",
+                                           "/home/models/gpt-oss-20b-BF16",
                                            "--served-model-name", "gpt-oss-20b", "--port", "8000",
                                            "--host", "127.0.0.1"]
     env = (node / "etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()
@@ -230,9 +231,10 @@ def test_container_unit_line_by_line(tmp_path):
             in dockerfile.splitlines())
     runs = [block for block in dockerfile.split("\nRUN ")[1:]]
     assert len(runs) == 2
-    for block, entry in zip(runs, matrix["vllm_overlays"]):
+    for block, entry in zip(runs, matrix["vllm_overlays"], strict=False):
         url = "https://artifacts.example.internal/vllm-fleet/" + entry["file"]
-        assert url in block and f'echo "{entry["sha256"]}  /tmp/vllm-fleet-overlay" | sha256sum --check --strict -' in block
+        assert url in block
+        assert f'echo "{entry["sha256"]}  /tmp/vllm-fleet-overlay" | sha256sum --check --strict -' in block
         # The checksum is checked before the overlay is unpacked or copied.
         assert block.index("sha256sum") < block.index("tar -xf" if entry["type"] == "directory" else "cp ")
     assert 'tar -xf /tmp/vllm-fleet-overlay --no-same-owner -C "$site"' in runs[0]
@@ -339,7 +341,8 @@ def test_maca_sdk_installs_then_removes_only_its_own_files(built, node, tmp_path
     removed = sh([str(node / "opt/maca/bin/mxmaca-sdk-install.sh"), "-U"], node)
     assert removed.returncode == 0, removed.stdout
     # The lab's mx-smi simulator was there before MACA and stays.
-    assert sorted(str(p.relative_to(node)) for p in (node / "opt/maca").rglob("*")) == ["opt/maca/bin", "opt/maca/bin/mx-smi"]
+    assert sorted(str(p.relative_to(node)) for p in (node / "opt/maca").rglob("*")) == [
+        "opt/maca/bin", "opt/maca/bin/mx-smi"]
 
 
 # --------------------------------------------------------------------------- the engine, patched

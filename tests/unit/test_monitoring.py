@@ -258,7 +258,7 @@ tests:
           - exp_labels: {{severity: critical, instance: "n3:9100", node: n3, vendor: ascend}}
             exp_annotations: {{summary: "n3 lists 7 device(s), fewer than its inventory says"}}
       - {{alertname: AcceleratorSmiFailing, eval_time: 3m}}
-"""
+"""  # noqa: E501 - promtool's rule tests, one series a line
 
 
 def test_the_alerts_fire_when_they_should_and_only_then(rendered):

@@ -178,7 +178,8 @@ def test_activation_gives_the_environment_and_its_vllm(miniforge, aimodule):
 
 def test_environment_holds_the_plugin_and_vllms_requirements(aimodule):
     probe = ("import importlib.metadata as m, json; "
-             "print(json.dumps({d: m.version(d) for d in ('vllm', 'vllm_musa', 'torch', 'transformers', 'openai-harmony')}"
+             "print(json.dumps({d: m.version(d)"
+             " for d in ('vllm', 'vllm_musa', 'torch', 'transformers', 'openai-harmony')}"
              " | {'plugins': [e.value for e in m.entry_points(group='vllm.platform_plugins')]}))")
     found = json.loads(run([aimodule / "bin" / "python", "-c", probe]).stdout)
     assert found == {"vllm": "0.16.0+musa", "vllm_musa": "1.4.2", "torch": "2.8.0+cpu", "transformers": "4.57.1",

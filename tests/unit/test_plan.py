@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ansible_playbook, example_hosts
 from tests.systemd_syntax import exec_start, split_exec
 from vllm_fleet import render
 from vllm_fleet.models import resolve_models
-from tests.conftest import ansible_playbook, example_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,7 +164,8 @@ def test_secrets_are_masked_in_the_plan(tmp_path):
     assert not any("sk-plan-secret-123" in text for text in files.values())
     secret = out / "nvidia-01/etc/vllm-fleet/vllm-m.secret.env"
     assert "VLLM_API_KEY=********" in secret.read_text().splitlines()
-    assert "EnvironmentFile=/etc/vllm-fleet/vllm-m.secret.env" in (out / "nvidia-01/etc/systemd/system/vllm-m.service").read_text()
+    unit = (out / "nvidia-01/etc/systemd/system/vllm-m.service").read_text()
+    assert "EnvironmentFile=/etc/vllm-fleet/vllm-m.secret.env" in unit
 
 
 def test_systemd_splitter_round_trips_render():

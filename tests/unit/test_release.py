@@ -27,7 +27,7 @@ def test_every_vendor_with_a_venv_is_versioned_and_musa_says_why_not():
     assert set(VERSIONED) == {"ascend", "metax", "nvidia", "cpu"}
     assert vendors.contract("musa")["release"] == []
     with pytest.raises(ValueError, match="defines no release keys"):
-        release.vendor_release_id(example_matrix("musa"), "musa")
+        vendors.vendor_release_id(example_matrix("musa"), "musa")
 
 
 @pytest.mark.parametrize("vendor", VERSIONED)
@@ -42,10 +42,10 @@ def test_the_release_keys_are_entries_of_the_vendors_matrix(vendor):
 def test_the_id_changes_when_and_only_when_a_defining_entry_changes(vendor):
     matrix = example_matrix(vendor)
     keys = vendors.contract(vendor)["release"]
-    base = release.vendor_release_id(matrix, vendor)
+    base = vendors.vendor_release_id(matrix, vendor)
     assert len(base) == release.ID_LENGTH and int(base, 16) >= 0
     # Stable: the same matrix in another order, or copied, names the same release.
-    assert release.vendor_release_id(dict(reversed(list(copy.deepcopy(matrix).items()))), vendor) == base
+    assert vendors.vendor_release_id(dict(reversed(list(copy.deepcopy(matrix).items()))), vendor) == base
     for key in matrix:
         changed = copy.deepcopy(matrix)
         value = changed[key]
@@ -56,33 +56,33 @@ def test_the_id_changes_when_and_only_when_a_defining_entry_changes(vendor):
             value[first] = str(value[first]) + "x"
         elif isinstance(value, list):
             value[0] = {**value[0], "sha256": "f" * 64}
-        moved = release.vendor_release_id(changed, vendor) != base
+        moved = vendors.vendor_release_id(changed, vendor) != base
         assert moved == (key in keys), f"{vendor}: changing {key} {'moved' if moved else 'kept'} the release"
 
 
 def test_where_a_commit_is_fetched_from_is_not_part_of_the_release():
     matrix = example_matrix("ascend")
-    base = release.vendor_release_id(matrix, "ascend")
+    base = vendors.vendor_release_id(matrix, "ascend")
     mirrored = copy.deepcopy(matrix)
     mirrored["vllm"]["sources"] = ["https://mirror.example.internal/vllm.git"]
-    assert release.vendor_release_id(mirrored, "ascend") == base
+    assert vendors.vendor_release_id(mirrored, "ascend") == base
     repinned = copy.deepcopy(matrix)
     repinned["vllm"]["commit"] = "0" * 40
-    assert release.vendor_release_id(repinned, "ascend") != base
+    assert vendors.vendor_release_id(repinned, "ascend") != base
 
 
 def test_an_overlay_checksum_moves_metaxs_release():
     matrix = example_matrix("metax")
-    base = release.vendor_release_id(matrix, "metax")
+    base = vendors.vendor_release_id(matrix, "metax")
     patched = copy.deepcopy(matrix)
     patched["vllm_overlays"][1]["sha256"] = "e" * 64
-    assert release.vendor_release_id(patched, "metax") != base
+    assert vendors.vendor_release_id(patched, "metax") != base
 
 
 def test_a_pin_added_to_the_matrix_is_a_new_release_and_the_vendor_is_part_of_it():
     matrix = example_matrix("nvidia")
     without = {k: v for k, v in matrix.items() if k != "openai_harmony"}
-    assert release.vendor_release_id(without, "nvidia") != release.vendor_release_id(matrix, "nvidia")
+    assert vendors.vendor_release_id(without, "nvidia") != vendors.vendor_release_id(matrix, "nvidia")
     keys = ["python", "vllm", "torch"]
     assert release.release_id(matrix, keys, "nvidia") != release.release_id(matrix, keys, "cpu")
 
@@ -93,9 +93,10 @@ def test_the_filter_is_the_same_function():
     filters = FilterModule().filters()
     matrix = example_matrix("cpu")
     assert filters["fleet_release_id"](matrix, ["python", "vllm", "torch"], "cpu") == \
-        release.vendor_release_id(matrix, "cpu")
+        vendors.vendor_release_id(matrix, "cpu")
     assert filters["fleet_release_inputs"](matrix, ["vllm", "torch", "python"], "cpu") == {
-        "vendor": "cpu", "matrix": {"python": "3.11", "torch": "2.13.0+cpu", "vllm": {"version": "0.32.0", "isa": "avx2"}}}
+        "vendor": "cpu",
+        "matrix": {"python": "3.11", "torch": "2.13.0+cpu", "vllm": {"version": "0.32.0", "isa": "avx2"}}}
     # The role hands over paths found on the node and the history file's text.
     state = filters["fleet_release_state"](["/opt/vllm-fleet/releases/aaa", "/opt/vllm-fleet/releases/bbb"],
                                            ["/opt/vllm-fleet/releases/aaa", "/opt/vllm-fleet/releases/bbb"],
@@ -216,7 +217,8 @@ def test_rollback_validates_reads_switches_to_previous_and_passes_the_gate():
     play = plays[1]
     assert play["hosts"] == "fleet" and [r["role"] for r in play["roles"]] == ["fleet"]
     tasks = play["tasks"]
-    includes = [t["ansible.builtin.include_role"].get("tasks_from") for t in tasks if "ansible.builtin.include_role" in t]
+    includes = [t["ansible.builtin.include_role"].get("tasks_from") for t in tasks
+                if "ansible.builtin.include_role" in t]
     assert includes == ["read.yml", "activate.yml"]
     activate = next(t for t in tasks if "ansible.builtin.include_role" in t
                     and t["ansible.builtin.include_role"]["tasks_from"] == "activate.yml")

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import ansible_playbook
-from vllm_fleet.release import vendor_release_id
+from vllm_fleet.vendors import vendor_release_id
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,8 @@ def test_argument_specs_match_defaults(role):
         assert spec.get("description"), f"{role.name}: option {name} has no description"
         if name in defaults:
             assert "default" in spec, f"{role.name}: {name} has a default in defaults/main.yml but not in its spec"
-            assert spec["default"] == defaults[name], f"{role.name}: spec default of {name} differs from defaults/main.yml"
+            assert spec["default"] == defaults[name], \
+                f"{role.name}: spec default of {name} differs from defaults/main.yml"
         else:
             assert "default" not in spec and not spec.get("required"), (
                 f"{role.name}: {name} is in the spec but not in defaults/main.yml; an option without a default "

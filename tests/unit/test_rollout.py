@@ -41,7 +41,8 @@ def test_the_filter_finds_the_routes_from_the_inventory(tmp_path):
         msg: "ROUTES {{ hostvars | fleet_router_routes(inventory_hostname) | map(attribute='router') | list }}
           {{ hostvars | fleet_router_routes(inventory_hostname) | map(attribute='model') | list }}"
 """)
-    proc = ansible_playbook("-i", str(inventory), str(book), env={"ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins")})
+    proc = ansible_playbook("-i", str(inventory), str(book),
+                            env={"ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "ROUTES ['router-01'] ['gpt-oss-20b']" in proc.stdout
 

@@ -100,7 +100,8 @@ def test_router_ports_that_clash_are_refused():
            "port of 'gpt-oss-20b' on router-01" in problems[0]
     assert "router_models[0].port = 2222" in problems[1] and "the SSH port of cpu-01" in problems[1]
     assert "router_models[1].port = 8001" in problems[2] and "model bge-m3 of cpu-01" in problems[2]
-    assert problems[3].startswith("host router-03: router_models[0].port = 2200") and "SSH port of router-01" in problems[3]
+    assert problems[3].startswith("host router-03: router_models[0].port = 2200")
+    assert "SSH port of router-01" in problems[3]
 
 
 def test_the_same_model_twice_is_refused():

@@ -50,8 +50,10 @@ def test_a_correct_span_is_valid(fleet):
 
 
 def test_each_member_resolves_its_share(fleet):
-    head, _ = resolve_models(fleet["nvidia-01"]["fleet_models"], fleet["nvidia-01"]["fleet_accelerator"], host="nvidia-01")
-    worker, _ = resolve_models(fleet["nvidia-02"]["fleet_models"], fleet["nvidia-02"]["fleet_accelerator"], host="nvidia-02")
+    head, _ = resolve_models(fleet["nvidia-01"]["fleet_models"], fleet["nvidia-01"]["fleet_accelerator"],
+                             host="nvidia-01")
+    worker, _ = resolve_models(fleet["nvidia-02"]["fleet_models"], fleet["nvidia-02"]["fleet_accelerator"],
+                               host="nvidia-02")
     (h,), (w,) = head, worker
     assert h["span"]["role"] == "head" and w["span"]["role"] == "worker"
     assert h["port"] == 8000 and h["url"] == "http://127.0.0.1:8000"
@@ -101,7 +103,8 @@ def test_data_parallel_is_refused(fleet):
 
 
 def test_another_backend_is_refused(fleet):
-    set_model(fleet, serve={"tensor_parallel_size": 2, "pipeline_parallel_size": 2, "distributed_executor_backend": "mp"})
+    set_model(fleet, serve={"tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+                            "distributed_executor_backend": "mp"})
     assert any("distributed_executor_backend must be ray" in p for p in span_problems(fleet))
 
 
@@ -116,8 +119,8 @@ def test_member_must_be_in_the_inventory(fleet):
     set_model(fleet, span={"nodes": ["nvidia-01", "nvidia-02", "nvidia-07"], "head": "nvidia-01"},
               serve={"tensor_parallel_size": 2, "pipeline_parallel_size": 3})
     problems = span_problems(fleet)
-    assert "model big-moe: span.nodes names ['nvidia-07'], not host(s) of the fleet; accepted: inventory hosts of one " \
-           "<vendor>-nodes group" in problems
+    assert "model big-moe: span.nodes names ['nvidia-07'], not host(s) of the fleet; accepted: inventory hosts of " \
+           "one <vendor>-nodes group" in problems
 
 
 def test_members_of_different_vendors_are_refused(fleet, example):
@@ -152,7 +155,8 @@ def test_a_member_declaring_it_differently_is_refused(fleet):
 
 def test_a_member_not_declaring_it_is_refused(fleet):
     fleet["nvidia-02"]["fleet_models"] = []
-    assert any("host nvidia-02 is in its span but its fleet_models do not declare it" in p for p in span_problems(fleet))
+    assert any("host nvidia-02 is in its span but its fleet_models do not declare it" in p
+               for p in span_problems(fleet))
 
 
 def test_a_device_another_model_holds_is_refused(fleet):
@@ -183,7 +187,8 @@ def test_container_mode_is_refused(fleet):
 
 def test_a_vendor_without_a_cluster_contract_is_refused(example):
     first = example["metax-01"]
-    first["fleet_models"] = [{**copy.deepcopy(SPAN_MODEL), "span": {"nodes": ["metax-01", "metax-02"], "head": "metax-01"},
+    first["fleet_models"] = [{**copy.deepcopy(SPAN_MODEL),
+                              "span": {"nodes": ["metax-01", "metax-02"], "head": "metax-01"},
                               "serve": {"tensor_parallel_size": 1, "pipeline_parallel_size": 2}}]
     second = copy.deepcopy(first)
     second["ansible_host"] = "192.0.2.22"

@@ -28,7 +28,8 @@ def render(tmp_path: Path, **extra) -> tuple[object, dict[str, str]]:
         **extra}
     units = {"vllm-tiny.service": (SERVICE / "templates/etc/systemd/system/vllm-model.service.j2",
                                    {"vllm_service_model": "{{ _vllm_service_models[0] }}"}),
-             "device-health.service": (MONITORING / "templates/etc/systemd/system/vllm-fleet-device-health.service.j2", {}),
+             "device-health.service": (MONITORING / "templates/etc/systemd/system/vllm-fleet-device-health.service.j2",
+                                       {}),
              "device-health.timer": (MONITORING / "templates/etc/systemd/system/vllm-fleet-device-health.timer.j2", {})}
     book = tmp_path / "units.yml"
     book.write_text(yaml.safe_dump([{

@@ -262,7 +262,8 @@ def test_lora_adapter_names_are_unique_and_differ_from_served_names(example):
     assert ("host nvidia-01: fleet_models[0] (gpt-oss-20b).lora_adapters: the name 'gpt-oss-20b-support' is used "
             "more than once; each adapter needs its own name") in problems
     assert ("host nvidia-01: model gpt-oss-20b: LoRA adapter name 'gpt-oss-20b' is also a served model name on "
-            "the host; clients choose an adapter by its name, so it must differ from every served_model_name") in problems
+            "the host; clients choose an adapter by its name, so it must differ from every served_model_name"
+            ) in problems
 
 
 def test_lora_adapter_shape_is_checked(example):
@@ -299,6 +300,7 @@ def test_the_example_inventory_names_its_overlay_placeholders():
     from vllm_fleet.validation import placeholder_checksums
 
     root = Path(__file__).resolve().parents[2]
-    matrix = yaml.safe_load((root / "inventories/example/group_vars/metax-nodes/matrix.yml").read_text())["fleet_matrix"]
+    matrix_file = root / "inventories/example/group_vars/metax-nodes/matrix.yml"
+    matrix = yaml.safe_load(matrix_file.read_text())["fleet_matrix"]
     assert "fleet_matrix.vllm_overlays[0]" in placeholder_checksums(matrix)
     assert "fleet_matrix.tiktoken_o200k" not in placeholder_checksums(matrix)

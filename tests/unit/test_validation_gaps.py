@@ -200,7 +200,8 @@ def test_a_rollout_setting_in_an_inventory_file_is_refused(inventory):
     they would be ignored, so the run stops before it starts."""
     (inventory / "group_vars" / "nvidia-nodes" / "rollout.yml").write_text("---\nfleet_rollout_serial: 1\n")
     hosts = inventory / "hosts.yml"
-    hosts.write_text(hosts.read_text().replace("    nvidia-01:\n", "    nvidia-01:\n              fleet_rollout_max_fail_percentage: 5\n", 1))
+    hosts.write_text(hosts.read_text().replace(
+        "    nvidia-01:\n", "    nvidia-01:\n              fleet_rollout_max_fail_percentage: 5\n", 1))
     problems = api.inventory_syntax_problems(inventory)
     assert [p.split(":")[0] for p in problems] == [
         "inventory file hosts.yml sets fleet_rollout_max_fail_percentage",
@@ -228,7 +229,8 @@ def test_broken_copy_of_the_example_is_refused_with_every_problem(inventory):
     (inventory / "host_vars" / "musa-01.yml").write_text(yaml.safe_dump({
         "ansible_port": 2201, "fleet_serve_base_port": 2201, "fleet_service_user": "root",
         "model_fetch_tokens": "{{ planted }}"}))
-    _edit(gv / "ascend-nodes" / "models.yml", lambda d: d["fleet_models"][0].update({"port": 443, "path": "/home/models/../etc"}))
+    _edit(gv / "ascend-nodes" / "models.yml",
+          lambda d: d["fleet_models"][0].update({"port": 443, "path": "/home/models/../etc"}))
     _edit(gv / "ascend-nodes" / "serve.yml", lambda d: d["fleet_serve_env"].update({"SPACED": "a b "}))
     (gv / "metax-nodes" / "dirs.yml").write_text("---\nfleet_models_dir: /tmp\nfleet_base_dir: /\n")
     # A secret of the wrong shape, given as secrets are (in clear in a file it would be refused
@@ -268,7 +270,8 @@ def test_one_option_under_two_spellings_is_refused(example, first, second):
     serve = example["nvidia-01"]["fleet_models"][0]["serve"]
     serve[first], serve[second] = serve.get(first, 2), serve.get(first, 2)
     problems = problems_for(example, "nvidia-01")
-    assert any(f"fleet_models[0].serve.{second} = " in p and "again (as " + repr(first) in p for p in problems), problems
+    assert any(f"fleet_models[0].serve.{second} = " in p and "again (as " + repr(first) in p
+               for p in problems), problems
 
 
 # ------------------------------------------------------------------ formats that HAProxy, Prometheus and systemd parse

@@ -82,7 +82,8 @@ def test_a_wrong_answer_fails_with_the_reason(engine, tmp_path):
     Engine.broken = True
     rc, results = wait({"timeout": 10, "delay": 0.1, "models": [
         {"unit": "vllm-a", "url": engine, "smoke": "chat", "model": "a"},
-        {"unit": "vllm-e", "url": engine, "smoke": "embedding", "model": "e", "config": str(tmp_path / "config.json")}]})
+        {"unit": "vllm-e", "url": engine, "smoke": "embedding", "model": "e",
+         "config": str(tmp_path / "config.json")}]})
     assert rc == 2
     assert results[0]["ready"] is True and results[0]["smoke"] is False
     assert results[0]["error"] == "chat completion 200 with an empty answer"

@@ -16,9 +16,10 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from vllm_fleet import PROJECT_DIR, vendors
+from vllm_fleet import vendors
 from vllm_fleet.lab import inventory, nodes, rootfs, www
 from vllm_fleet.lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
+from vllm_fleet.project import PROJECT_DIR
 
 VENDORS = vendors.VENDORS
 DEFAULT_LAB = "lab"
@@ -96,7 +97,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     log(f"booting {len(wanted)} node(s): {', '.join(n.name for n in wanted)}")
     with ThreadPoolExecutor(max_workers=8) as pool:
         states = list(pool.map(lambda n: nodes.wait_ready(paths, n), wanted))
-    for node, state in zip(wanted, states):
+    for node, state in zip(wanted, states, strict=False):
         if state != "running":
             log(f"note: {node.name} booted with systemd state {state!r}")
 
@@ -174,8 +175,8 @@ def _ensure_key(paths) -> None:
     if key.exists():
         return
     key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vllm-fleet-lab-{paths.name}", "-f", str(key)],
-                   check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vllm-fleet-lab-{paths.name}",
+                    "-f", str(key)], check=True)
 
 
 def run(name: str, node_name: str, command: str, timeout: float = 60) -> str:

@@ -132,7 +132,8 @@ def write_wheel(out_dir: Path, name: str, version: str, files: dict[str, str | b
     if scripts:
         lines = ["[console_scripts]"] + [f"{script} = {target}" for script, target in sorted(scripts.items())]
         entries[f"{info}/entry_points.txt"] = ("\n".join(lines) + "\n").encode()
-    entries[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: vllm-fleet-lab\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    entries[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: vllm-fleet-lab\nRoot-Is-Purelib: true\n"
+                                b"Tag: py3-none-any\n")
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
     for path, data in sorted(entries.items()):
@@ -192,7 +193,8 @@ def build_engine_release(out_dir: Path, version: str, requires: list[str], start
         files[path.relative_to(ENGINE_DIR).as_posix()] = path.read_bytes()
     files["vllm/_version.py"] = f"# Written by the lab's release build.\n__version__ = version = {version!r}\n"
     if startup_error:
-        files["vllm/_release_fault.py"] = f"# Written by the lab's release build: a bad release.\nMESSAGE = {startup_error!r}\n"
+        files["vllm/_release_fault.py"] = ("# Written by the lab's release build: a bad release.\n"
+                                           f"MESSAGE = {startup_error!r}\n")
     return write_wheel(out_dir, "vllm", version, files, requires,
                        "A high-throughput and memory-efficient inference and serving engine for LLMs "
                        "(vllm-fleet lab stand-in)", scripts={"vllm": "vllm.entrypoints.cli.main:main"})
@@ -228,7 +230,6 @@ def _download_real_wheels(cache: Path, reqs: Path, log) -> None:
 
 
 def sys_python() -> str:
-    import sys
     return sys.executable
 
 

@@ -75,7 +75,8 @@ def create_node(paths: LabPaths, node: Node, rootfs: Path) -> None:
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(d / "root")], check=True)
     root = d / "root"
     (root / "etc/hostname").write_text(node.name + "\n")
-    (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{node.name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{node.name}\n"
+                                    "::1\tlocalhost ip6-localhost ip6-loopback\n")
     _configure_ssh(paths, node, root)
     if node.vendor in SERVICE_KINDS:
         hardware.install_none(d / "pci")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fleet import PROJECT_DIR
+from vllm_fleet.project import PROJECT_DIR
 
 #: Per-lab state: node overlays, keys, the web root, pid files. `lab down` removes it.
 STATE_DIR = Path(os.environ.get("VLLM_FLEET_LAB_DIR", "/var/lib/vllm-fleet-lab"))

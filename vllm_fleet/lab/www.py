@@ -94,7 +94,8 @@ def build(paths: LabPaths, log=print, vendors=()) -> dict:
 
 def _vendor_installers(art_dir: Path, paths: LabPaths, versions: dict) -> dict:
     """Build Ascend's simulated `.run` packages (the other vendors publish theirs themselves)."""
-    builder = artifacts.fixture_module(FIXTURES_DIR / "installers" / "ascend" / "build.py", "vllm_fleet_lab_ascend_build")
+    builder = artifacts.fixture_module(FIXTURES_DIR / "installers" / "ascend" / "build.py",
+                                       "vllm_fleet_lab_ascend_build")
     v = versions["ascend"]
     # The builder's package keys -> the matrix's component names.
     keys = {"driver": "npu_driver", "firmware": "npu_firmware", "toolkit": "cann_toolkit",
@@ -134,7 +135,8 @@ def build_hub(www_dir: Path, models_dirs=(MODELS_DIR,)) -> dict:
     section: dict = {}
     # A model has a config.json, a LoRA adapter (PEFT's layout) an adapter_config.json.
     for src in sorted((p for d in models_dirs for p in Path(d).iterdir()
-                       if (p / "config.json").is_file() or (p / "adapter_config.json").is_file()), key=lambda p: p.name):
+                       if (p / "config.json").is_file() or (p / "adapter_config.json").is_file()),
+                      key=lambda p: p.name):
         repo_id = hub.repo_id_of_fixture(src.name)
         published = hub_dir / repo_id
         shutil.copytree(src, published, ignore=ignore)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from vllm_fleet.role_specs import role_options
 from vllm_fleet.validation.problem import Problem, leaves
-from vllm_fleet.validation.specs import role_options
 
 #: Directories of the system: never a path of vllm-fleet's (it would take them over: owner,
 #: mode, contents), though a directory of its own may lie below them.

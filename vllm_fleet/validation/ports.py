@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from vllm_fleet import monitoring, router
 from vllm_fleet.cluster import cluster_address
+from vllm_fleet.role_specs import role_default
 from vllm_fleet.validation.problem import Problem
-from vllm_fleet.validation.specs import role_default
 
 _HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]{1,253}$")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import difflib
 
+from vllm_fleet.role_specs import ROLES_DIR, role_default, role_names, role_options
 from vllm_fleet.secrets import SECRET_NAME
 from vllm_fleet.validation.problem import _describe, _masked
 from vllm_fleet.validation.schema import schema
-from vllm_fleet.validation.specs import ROLES_DIR, role_default, role_names, role_options
 from vllm_fleet.validation.types import type_problems
 
 __all__ = ["ROLES_DIR", "role_default", "role_options", "role_variable_problems"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from vllm_fleet.models import DATA_DIR, flag_key
 from vllm_fleet.validation.problem import Problem, _describe, _numeric

@@ -15,9 +15,9 @@ import json
 import re
 from typing import Any
 
+from vllm_fleet.role_specs import role_options
 from vllm_fleet.secrets import SECRET_NAME, mask_text
 from vllm_fleet.validation.problem import Problem, _describe, _masked
-from vllm_fleet.validation.specs import role_options
 from vllm_fleet.validation.schema import schema
 
 #: The largest integer any consumer (HAProxy, systemd, Prometheus, 32-bit C) takes safely.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from vllm_fleet import vendors
 from vllm_fleet.models import access, is_loopback

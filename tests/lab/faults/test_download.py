@@ -34,7 +34,8 @@ def test_server_serving_a_wrong_file_stops_that_host_with_nothing_at_the_final_p
     assert f"ascend-02: could not fetch {art['file']} (version {art['version']})" in proc.stdout
     assert "sha256 mismatch, expected " + art["sha256"] in proc.stdout
     assert lab.faults(LAB)[path]["hits"] == 1  # a checksum mismatch is not retried: the mirror lies
-    left = lab.run(LAB, "ascend-02", f"ls -A {CACHE} 2>&1; find / -xdev -name '{art['file']}*' -o -name 'tmp*{art['file']}*'")
+    left = lab.run(LAB, "ascend-02",
+                   f"ls -A {CACHE} 2>&1; find / -xdev -name '{art['file']}*' -o -name 'tmp*{art['file']}*'")
     assert art["file"] not in left, left
     # The same file from an honest server: the host goes on.
     faults({})

@@ -73,8 +73,8 @@ def interrupted(lab):
     start = time.monotonic()
     rerun = run_playbook("-l", "ascend-01,ascend-02")
     print(f"re-run of both nodes: {time.monotonic() - start:.0f} s")
-    return {"cli": cli, "cli_out": cli_out, "cli_seconds": cli_seconds, "left": left, "play": play, "cache_after_cut": cache_after_cut,
-            "play_out": play_out, "before": before, "after": after, "rerun": rerun}
+    return {"cli": cli, "cli_out": cli_out, "cli_seconds": cli_seconds, "left": left, "play": play,
+            "cache_after_cut": cache_after_cut, "play_out": play_out, "before": before, "after": after, "rerun": rerun}
 
 
 def whole_artifacts(lab, node: str) -> None:
@@ -119,5 +119,6 @@ def test_dead_first_git_mirror_the_next_one_serves(lab, interrupted):
     assert interrupted["rerun"].returncode == 0
     assert "http://127.0.0.1:9/vllm-project/vllm.git" in interrupted["rerun"].stdout  # it was tried first
     for node in ("ascend-01", "ascend-02"):
-        out = lab.run(LAB, node, "cd /opt/vllm-fleet/current/src/vllm && git remote get-url origin && git rev-parse HEAD")
+        out = lab.run(LAB, node,
+                      "cd /opt/vllm-fleet/current/src/vllm && git remote get-url origin && git rev-parse HEAD")
         assert out.split() == [git["url"], git["pinned"]], out

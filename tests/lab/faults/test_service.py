@@ -9,7 +9,7 @@ import json
 import time
 
 from ..conftest import recap
-from .conftest import LAB, INVENTORY, run_playbook
+from .conftest import INVENTORY, LAB, run_playbook
 
 UNIT = "vllm-gpt-oss-120b.service"
 
@@ -27,7 +27,8 @@ def test_a_killed_unit_is_back_within_its_restart_delay(lab):
     killed = time.monotonic()
     back = None
     while time.monotonic() - killed < restart_sec + 60:
-        code = lab.run(LAB, "ascend-01", f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/health || true")
+        code = lab.run(LAB, "ascend-01",
+                       f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/health || true")
         if code.strip() == "200" and time.monotonic() - killed > 1:
             back = time.monotonic() - killed
             break

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import lab_env as env, answer_text, changed_tasks, chat_completion, recap
-from vllm_fleet.release import vendor_release_id
+from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
+from tests.lab.conftest import lab_env as env
+from vllm_fleet.vendors import vendor_release_id
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "release"

@@ -7,10 +7,19 @@ import json
 import time
 import urllib.request
 
-from tests.lab.conftest import recap
-from tests.lab.conftest import answer_text
-from tests.lab.router.conftest import (LAB, MODEL, ROUTER, UNIT, answered, chat, delta, playbook,
-                                       server_status, wait_status)
+from tests.lab.conftest import answer_text, recap
+from tests.lab.router.conftest import (
+    LAB,
+    MODEL,
+    ROUTER,
+    UNIT,
+    answered,
+    chat,
+    delta,
+    playbook,
+    server_status,
+    wait_status,
+)
 
 
 def test_requests_through_the_router_reach_both_nodes(routed):

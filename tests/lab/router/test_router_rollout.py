@@ -18,9 +18,21 @@ import urllib.error
 import pytest
 
 from tests.lab.conftest import answer_text
-from tests.lab.router.conftest import (BASE, LAB, NODES, UNIT, answered, chat, delta, group_matrix,
-                                       host_vars, server_status, set_host_vars, vllm_fleet)
-from vllm_fleet.release import vendor_release_id
+from tests.lab.router.conftest import (
+    BASE,
+    LAB,
+    NODES,
+    UNIT,
+    answered,
+    chat,
+    delta,
+    group_matrix,
+    host_vars,
+    server_status,
+    set_host_vars,
+    vllm_fleet,
+)
+from vllm_fleet.vendors import vendor_release_id
 
 
 class Client(threading.Thread):

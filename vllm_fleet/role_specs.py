@@ -1,4 +1,5 @@
-"""The roles' own specs: every role option, from roles/*/meta/argument_specs.yml."""
+"""The roles' own specs: every role option, from roles/*/meta/argument_specs.yml (project data:
+validation and monitoring read role options and defaults here)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from functools import lru_cache
 
 import yaml
 
-from vllm_fleet import PROJECT_DIR
+from vllm_fleet.project import PROJECT_DIR
 
 ROLES_DIR = PROJECT_DIR / "roles"
 
