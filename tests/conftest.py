@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import importlib.machinery
+import importlib.util
 import os
 import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -14,6 +18,27 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
 GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes",
             "nvidia-01": "nvidia-nodes", "cpu-01": "cpu-nodes"}
+
+
+def load_module(path: Path, name: str | None = None, register: bool = False) -> ModuleType:
+    """A Python file that is not on sys.path as a module: a library/ module, a filter plugin,
+    a script without .py (scripts/bench-provision) or a lab fixture. `name` defaults to the
+    file's stem; `register` puts it in sys.modules first (a module whose dataclasses resolve
+    their annotations through it). No bytecode is written: a __pycache__ beside a lab fixture
+    would end up in the tree the lab turns into a repository."""
+    path = Path(path)
+    name = name or path.stem.replace("-", "_")
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[name] = module
+    previous, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = previous
+    return module
 
 
 # A playbook that takes 50 s on an idle machine takes several minutes while CI's labs share

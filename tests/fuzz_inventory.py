@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import json
 import random
 import re
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.conftest import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
@@ -79,10 +80,7 @@ def write_base_inventory(dest: Path) -> Path:
 def _fleet_filters():
     """filter_plugins/fleet.py as a module: its `_validated_vars` is the selection the
     validate play hands to validation; the fuzzer uses that very function."""
-    spec = importlib.util.spec_from_file_location("_fuzz_fleet_filters", ROOT / "filter_plugins" / "fleet.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / "filter_plugins" / "fleet.py", "_fuzz_fleet_filters")
 
 
 def load_inventory(path: Path) -> dict[str, dict]:

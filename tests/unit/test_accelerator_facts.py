@@ -11,7 +11,6 @@ Three layers, each against something real:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -35,10 +34,9 @@ if str(REPO / 'module_utils') not in ansible.module_utils.__path__:
 from ansible.module_utils import vllm_fleet_accel as accel  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location('accelerator_facts',
-                                               REPO / 'library' / 'accelerator_facts.py')
-accelerator_facts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(accelerator_facts)
+from tests.conftest import load_module  # noqa: E402
+
+accelerator_facts = load_module(REPO / 'library' / 'accelerator_facts.py')
 
 FACT_KEYS = {
     'vendor', 'vendor_id', 'family', 'model', 'count', 'pci_devices', 'device_nodes',

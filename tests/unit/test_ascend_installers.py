@@ -8,7 +8,6 @@ and VLLM_FLEET_LAB_UNAME_M makes the host look like the packages' architecture.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_PY = REPO / "lab" / "fixtures" / "installers" / "ascend" / "build.py"
@@ -95,11 +96,7 @@ MARKER = "run/vllm-fleet-lab/reboot-required"
 
 @pytest.fixture(scope="module")
 def builder():
-    spec = importlib.util.spec_from_file_location("ascend_build", BUILD_PY)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(BUILD_PY, "ascend_build", register=True)
 
 
 @pytest.fixture(scope="module")

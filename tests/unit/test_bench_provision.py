@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -12,21 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    loader = importlib.machinery.SourceFileLoader("bench_provision", str(ROOT / "scripts" / "bench-provision"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    dont_write = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True  # no __pycache__ beside the script
-    try:
-        loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = dont_write
-    return module
+    return load_module(ROOT / "scripts" / "bench-provision", "bench_provision")
 
 
 def test_recap_of_a_no_op_run_with_profile_tasks_after_it(bench):

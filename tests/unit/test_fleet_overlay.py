@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -30,6 +29,8 @@ if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 
 from ansible.module_utils import vllm_fleet_overlay as ov  # noqa: E402
+
+from tests.conftest import load_module  # noqa: E402
 
 PACKAGE = {
     "vllm/__init__.py": (b"from vllm.version import __version__\n", 0o644),
@@ -294,9 +295,7 @@ def test_module_end_to_end(env):
 
 def test_documentation_matches_argument_spec():
     spec_file = REPO / "library" / "fleet_overlay.py"
-    module_spec = importlib.util.spec_from_file_location("fleet_overlay_module", spec_file)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = load_module(spec_file, "fleet_overlay_module")
     proc = subprocess.run([str(ANSIBLE_BIN / "ansible-doc"), "-M", str(REPO / "library"), "-j", "fleet_overlay"],
                           cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
     doc = json.loads(proc.stdout)["fleet_overlay"]

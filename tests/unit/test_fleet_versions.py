@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,10 +38,9 @@ if str(REPO / 'module_utils') not in ansible.module_utils.__path__:
 from ansible.module_utils import vllm_fleet_versions as fv  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location('fleet_versions',
-                                               REPO / 'library' / 'fleet_versions.py')
-fleet_versions = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fleet_versions)
+from tests.conftest import load_module  # noqa: E402
+
+fleet_versions = load_module(REPO / 'library' / 'fleet_versions.py')
 
 # What `pip show` printed on seed 001's node.
 SEED_VLLM = '0.11.3.dev0+g275de3417.d20251210'

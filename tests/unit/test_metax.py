@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -30,6 +29,8 @@ FIXTURES = ROOT / "lab" / "fixtures"
 if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 from ansible.module_utils import vllm_fleet_overlay as overlay  # noqa: E402
+
+from tests.conftest import load_module  # noqa: E402
 
 # Seed 000's results table, in its order: (model as the seed names it, A100, MetaX C500) in
 # characters per second. Row 8 has no organisation in the seed; Qwen publishes it.
@@ -244,10 +245,7 @@ def test_container_unit_line_by_line(tmp_path):
 # --------------------------------------------------------------------------- the lab's MetaX software
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("metax_build", FIXTURES / "installers" / "metax" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(FIXTURES / "installers" / "metax" / "build.py", "metax_build")
 
 
 LAB_VERSIONS = yaml.safe_load((ROOT / "lab" / "inventory" / "versions.yml").read_text())["metax"]

@@ -6,7 +6,6 @@ environment archive and its vLLM-MUSA plugin's start-up checks, the driver packa
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import load_module
 from vllm_fleet.lab import artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,10 +30,7 @@ NODE_PYTHON = Path(f"/usr/bin/python{PYVER}")
 
 
 def load_builder():
-    spec = importlib.util.spec_from_file_location("musa_build", BUILDER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(BUILDER, "musa_build")
 
 
 build = load_builder()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,13 @@ def test_main_is_a_table_of_contents(role):
         assert action in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks"), (
             f"{role.name}/tasks/main.yml runs {action} directly; give the step its own task file")
         assert task.get("tags"), f"{role.name}/tasks/main.yml: step {task['name']!r} has no tag"
+
+
+def test_roles_readme_lists_every_role_once():
+    """roles/README.md is the map of the run's stages: every role folder once, no other name."""
+    listed = re.findall(r"^\s*- `([a-z0-9_]+)`:", (ROOT / "roles" / "README.md").read_text(), re.MULTILINE)
+    folders = {role.name for role in ROLES}
+    twice = sorted({name for name in listed if listed.count(name) > 1})
+    assert not twice, f"roles/README.md lists these roles more than once: {twice}"
+    assert not folders - set(listed), f"roles/README.md does not list: {sorted(folders - set(listed))}"
+    assert not set(listed) - folders, f"roles/README.md names roles that do not exist: {sorted(set(listed) - folders)}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import importlib.util
 import io
 import json
 import math
@@ -28,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_SRC = ROOT / "lab" / "fixtures" / "repos" / "vllm"
@@ -213,15 +214,7 @@ def parse_commands(tmp_path: Path, commands: list[list[str]]) -> list[dict]:
 
 def load_setup_module():
     """lab/fixtures/repos/vllm/setup.py as a module (its build only runs as __main__)."""
-    spec = importlib.util.spec_from_file_location("vllm_standin_setup", VLLM_SRC / "setup.py")
-    module = importlib.util.module_from_spec(spec)
-    # No __pycache__ in the fixture tree: the lab turns that tree into a repository as it is.
-    previous, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = previous
-    return module
+    return load_module(VLLM_SRC / "setup.py", "vllm_standin_setup")
 
 
 # --------------------------------------------------------------------------- command line

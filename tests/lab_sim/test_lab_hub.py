@@ -18,7 +18,6 @@ request that is not for 127.0.0.1 would reach it, and the tests fail if one does
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_module
 from vllm_fleet.lab import www
 
 REPO = Path(__file__).resolve().parents[2]
@@ -183,9 +183,7 @@ def hub(tmp_path_factory):
                 break
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
-    spec = importlib.util.spec_from_file_location("lab_hub_under_test", LABWEB.parent / "hub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(LABWEB.parent / "hub.py", "lab_hub_under_test")
     try:
         yield Hub(root, section, f"http://127.0.0.1:{port}", log, trap, module)
     finally:
@@ -208,11 +206,8 @@ def _no_faults(request):
 def _engine_config():
     """The engine stand-in's checks (what `vllm serve` refuses), loaded without its package."""
     path = REPO / "lab" / "fixtures" / "repos" / "vllm" / "vllm" / "config.py"
-    spec = importlib.util.spec_from_file_location("engine_standin_config", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    # Registered: its dataclasses resolve annotations through sys.modules.
+    return load_module(path, "engine_standin_config", register=True)
 
 
 def test_fixture_models_are_complete_for_the_engine():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, example_hosts, lab_host_vars
+from tests.conftest import ROOT, example_hosts, lab_host_vars, load_module
 from vllm_fleet.lab import artifacts, inventory, nvidia
 from vllm_fleet.lab.nodes import Node
 from vllm_fleet.lab.paths import LabPaths
@@ -32,10 +31,7 @@ BUILD_INPUT = {"driver_branch": VERSIONS["nvidia_driver_branch"], "driver_packag
 
 @pytest.fixture(scope="module")
 def builder():
-    spec = importlib.util.spec_from_file_location("nvidia_lab_build", nvidia.BUILDER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(nvidia.BUILDER, "nvidia_lab_build")
 
 
 @pytest.fixture(scope="module")
