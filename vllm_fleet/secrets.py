@@ -18,6 +18,8 @@ MASK = "********"
 #: Variables (and keys at any depth) whose values are secrets: never echoed in a message.
 _SECRET_WORDS = re.compile(r"(?<!tik)token(?!iz)|api_?key|access_?key|password|passwd|secret|credential|private_key",
                            re.I)
+#: Names of where a secret lies (a file, a path, a directory), which are no secrets themselves.
+_WHERE_A_SECRET_IS = re.compile(r"_(file|files|path|dir)$", re.I)
 #: Names with "token" that count tokens (max_num_batched_tokens, ...) and are no secrets.
 _TOKEN_COUNTS = re.compile(r"max_|num_|_len|batched|budget|count", re.I)
 #: Secrets shorter than this are not masked by value (a two-letter value would mask every
@@ -32,6 +34,8 @@ class _SecretName:
 
     @staticmethod
     def search(name: str) -> bool:
+        if _WHERE_A_SECRET_IS.search(name):
+            return False  # the path of a key file (ansible_ssh_private_key_file) is no secret
         return bool(_SECRET_WORDS.search(name)) and not (
             "token" in name.lower() and not re.search(r"api_?key|password|passwd|secret", name, re.I)
             and _TOKEN_COUNTS.search(name))

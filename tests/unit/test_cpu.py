@@ -21,6 +21,7 @@ from vllm_fleet.lab import artifacts, cpu, inventory
 from vllm_fleet.lab.nodes import Node
 from vllm_fleet.lab.paths import LabPaths
 from vllm_fleet.validation import validate_hosts
+from vllm_fleet.validation.files import file_problems
 
 HOST = "cpu-01"
 
@@ -187,6 +188,9 @@ def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
     ctx = inventory.render_context(paths, [node], manifest)
     host_vars = lab_host_vars(ctx, node, "cpu-nodes")
     assert validate_hosts({HOST: host_vars}) == []
+    # The files `lab up` writes pass the checks of inventory files too (the CLI runs them).
+    inventory.write(tmp_path / "inventory", paths, [node], manifest)
+    assert file_problems(tmp_path / "inventory") == []
     assert host_vars["fleet_pip_index_url"] == f"{web}/pypi-cpu/simple/"
     facts = vendors.accel().read_cpu()
     assert host_vars["fleet_accelerator"]["cores"] == facts["cpu"]["logical_cpus"]
