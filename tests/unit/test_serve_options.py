@@ -72,8 +72,9 @@ def test_list_for_a_single_value_option(example):
 
 @pytest.mark.parametrize("key,value,accepted", [
     ("gpu_memory_utilization", 1.5, "(0, 1]"), ("gpu_memory_utilization", 0, "(0, 1]"),
-    ("max_model_len", 0, ">= 1"), ("tensor_parallel_size", -2, ">= 1"), ("swap_space", -1, ">= 0"),
-    ("max_num_seqs", 0, ">= 1")])
+    ("max_model_len", 0, "a positive integer"), ("tensor_parallel_size", -2, "a positive integer"),
+    ("swap_space", -1, "a number of GiB, 0-"), ("max_num_seqs", 0, "a positive integer"),
+    ("max_model_len", 10**9, "at most 16777216"), ("tensor_parallel_size", 4096, "at most 1024")])
 def test_ranges_vllm_checks_only_at_start(example, key, value, accepted):
     set_serve(example, "nvidia-01", key, value)
     problems = [p for p in problems_for(example, "nvidia-01") if f"serve.{key}" in p and "out of range" in p]

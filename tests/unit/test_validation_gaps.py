@@ -312,3 +312,11 @@ def test_a_model_at_the_models_directory_itself_is_refused(example):
     example["cpu-01"]["fleet_models"][0]["path"] = example["cpu-01"]["fleet_models_dir"]
     problems = problems_for(example, "cpu-01")
     assert any("path = '/home/models' is fleet_models_dir = '/home/models'" in p for p in problems), problems
+
+
+def test_tokens_by_hub_are_a_mapping_of_keys(example):
+    example["cpu-01"]["model_fetch_tokens"] = {"modelscope": "ms-token-0123456789abcdef"}
+    assert problems_for(example, "cpu-01") == []
+    example["cpu-01"]["model_fetch_tokens"] = {"modelscope": "short"}
+    (p,) = problems_for(example, "cpu-01")
+    assert p.startswith("host cpu-01: model_fetch_tokens.modelscope = ******** (a string): is 5 characters long"), p

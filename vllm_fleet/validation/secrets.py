@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from vllm_fleet.role_specs import role_options
 from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, redact_credentials, url_has_credentials
 from vllm_fleet.validation.problem import Problem, leaves
 
@@ -32,9 +33,15 @@ def mask_secrets(problems: list[str], secrets: list[str]) -> list[str]:
     return [redact_credentials(mask_text(p, secrets)) for p in problems]
 
 
+def _structured(path: tuple) -> bool:
+    """A role variable whose spec says it holds several secrets (model_fetch_tokens: a token per hub)."""
+    spec = role_options().get(str(path[0])) if len(path) == 1 else None
+    return bool(spec and spec[1].get("type") in ("dict", "list"))
+
+
 def _secret_leaves(value, path: tuple, inside: bool):
     if path and isinstance(path[-1], str) and _KEY_NAME.search(path[-1]) and SECRET_NAME.search(path[-1]) \
-            and isinstance(value, (dict, list)):
+            and isinstance(value, (dict, list)) and not _structured(path):
         yield path, value  # a key or token is one string, not a structure
         return
     if isinstance(value, dict):
