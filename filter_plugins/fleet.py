@@ -182,43 +182,23 @@ def shell_command(argv):
     return render.shell_command(_plain(argv))
 
 
-def env_file(env):
-    try:
-        return render.env_file(_plain(env))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"env_file: {exc}") from exc
+def _escaper(render_fn, doc):
+    """A filter that renders through vllm_fleet.render's `render_fn` (one escaper per target
+    format), turning its ValueError into an error that names the filter."""
+    def escape(value):
+        try:
+            return render_fn(_plain(value))
+        except ValueError as exc:
+            raise AnsibleFilterError(f"{render_fn.__name__}: {exc}") from exc
+    escape.__name__, escape.__doc__ = render_fn.__name__, doc
+    return escape
 
 
-def plain_word(value):
-    """A value that must stay one word where it lands (vllm_fleet.render.plain_word), or an error."""
-    try:
-        return render.plain_word(_plain(value))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"plain_word: {exc}") from exc
-
-
-def single_word(value):
-    """A value without whitespace or control characters (vllm_fleet.render.single_word), or an error."""
-    try:
-        return render.single_word(_plain(value))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"single_word: {exc}") from exc
-
-
-def systemd_text(value):
-    """Free text of a systemd unit line, % doubled (vllm_fleet.render.systemd_text), or an error."""
-    try:
-        return render.systemd_text(_plain(value))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"systemd_text: {exc}") from exc
-
-
-def haproxy_quote(value):
-    """One word of an HAProxy configuration line (vllm_fleet.render.haproxy_quote), or an error."""
-    try:
-        return render.haproxy_quote(_plain(value))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"haproxy_quote: {exc}") from exc
+env_file = _escaper(render.env_file, "An environment file's lines (vllm_fleet.render.env_file), or an error.")
+plain_word = _escaper(render.plain_word, "A value that must stay one word where it lands, or an error.")
+single_word = _escaper(render.single_word, "A value without whitespace or control characters, or an error.")
+systemd_text = _escaper(render.systemd_text, "Free text of a systemd unit line, % doubled, or an error.")
+haproxy_quote = _escaper(render.haproxy_quote, "One word of an HAProxy configuration line, or an error.")
 
 
 def tiktoken_cache_key(url):
