@@ -49,8 +49,7 @@ __all__ = [
 
 #: Host variables besides fleet_* and role variables that validation reads: where and as whom
 #: Ansible connects, and the host's groups.
-CONNECTION_VARIABLES = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_user", "remote_user",
-                        "group_names")
+CONNECTION_VARIABLES = ("ansible_host", "ansible_port", *accounts.CONNECTION_USERS, "group_names")
 
 
 def _groups(host_vars: dict) -> set[str]:

@@ -55,8 +55,15 @@ def _account_name_problems(host_vars: dict) -> list[str]:
     return problems
 
 
+def _connection_user_problems(host_vars: dict) -> list[str]:
+    """The accounts Ansible connects as (CONNECTION_USERS): POSIX names."""
+    return [str(Problem((name,), host_vars[name], "is not a user name", "a POSIX user name such as root or admin"))
+            for name in CONNECTION_USERS
+            if name in host_vars and not (isinstance(host_vars[name], str) and ACCOUNT_NAME.match(host_vars[name]))]
+
+
 def account_problems(host_vars: dict) -> list[str]:
-    return _account_name_problems(host_vars) + _service_user_problems(host_vars)
+    return _account_name_problems(host_vars) + _connection_user_problems(host_vars) + _service_user_problems(host_vars)
 
 
 def _service_user_problems(host_vars: dict) -> list[str]:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from vllm_fleet import monitoring, router
 from vllm_fleet.cluster import cluster_address
+from vllm_fleet.models import DEFAULT_RAY_PORT
 from vllm_fleet.role_specs import role_default
 from vllm_fleet.validation.problem import Problem
 
 _HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]{1,253}$")
-_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 #: Ports below this one need privileges the model units do not have (they run unprivileged).
 FIRST_UNPRIVILEGED_PORT = 1024
 LAST_PORT = 65535
@@ -97,7 +97,7 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
             span = m.get("span") if isinstance(m, dict) else None
             if not isinstance(span, dict) or str(span.get("head", "")) != host or m.get("enabled", True) is False:
                 continue
-            port = span.get("port", 6379)
+            port = span.get("port", DEFAULT_RAY_PORT)
             if is_port_number(port):
                 out.append(Claim(host, cluster_address(host, host_vars), port,
                                  f"the Ray port of model {m.get('name')} on {host}",
@@ -179,18 +179,13 @@ def listener_problems(all_hosts: dict[str, dict], run_hosts: list[str],
 
 
 def connection_problems(host_vars: dict) -> list[str]:
-    """Where and as whom Ansible connects: ansible_host a host name or address (a string),
-    the users POSIX names, ansible_port a whole number 1-65535 (INI inventories give it as a
+    """Where Ansible connects: ansible_host a host name or address (a string), ansible_port a whole number 1-65535 (INI inventories give it as a
     numeric string, which Ansible takes)."""
     problems = []
     host = host_vars.get("ansible_host")
     if "ansible_host" in host_vars and not (isinstance(host, str) and _HOST.match(host)):
         problems.append(str(Problem(("ansible_host",), host, "is not a host name or address",
                                     "a DNS name, an IPv4 or an IPv6 address, e.g. 192.0.2.11")))
-    for name in ("ansible_user", "ansible_ssh_user", "remote_user"):
-        if name in host_vars and not (isinstance(host_vars[name], str) and _USER.match(host_vars[name])):
-            problems.append(str(Problem((name,), host_vars[name], "is not a user name",
-                                        "a POSIX user name such as root or admin")))
     if "ansible_port" not in host_vars:
         return problems
     port = host_vars["ansible_port"]
