@@ -29,8 +29,6 @@ FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "d
 RESERVED_FLAGS = {"port": "port", "model": "path", "model_tag": "path", "lora_modules": "lora_adapters",
                   "host": "listen", "api_key": "secret_env.VLLM_API_KEY"}
 DEFAULT_BASE_PORT = 8000
-#: The most accelerators a node has (the schema's fleet_accelerator.count maximum).
-MAX_DEVICES = 64
 #: The same flags in a group's serve defaults or profiles, and where they belong instead.
 _GROUP_RESERVED = {"host": "fleet_serve_listen (or a model's listen)",
                    "api_key": "fleet_serve_api_key (a secret: --secrets FILE, secrets= or ansible-vault)"}
@@ -94,6 +92,13 @@ def profiles(overrides: dict | None = None) -> dict[str, dict]:
             else:
                 base[key] = value
     return merged
+
+
+@lru_cache(maxsize=1)
+def max_devices() -> int:
+    """The most accelerators a node has: the schema's fleet_accelerator.count maximum (one home)."""
+    schema = yaml.safe_load((DATA_DIR / "inventory.schema.yml").read_text())
+    return int(schema["$defs"]["accelerator"]["properties"]["count"]["maximum"])
 
 
 def flag_key(name: str) -> str:
@@ -237,7 +242,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     # A count beyond any node's (the schema refuses it) is read as none: the allocation below
     # walks every device, and must not walk a billion.
     count = accelerator.get("count")
-    count = count if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MAX_DEVICES else 0
+    count = count if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= max_devices() else 0
     profs = profiles(launch_profiles)
     # A wrong type is the schema's to report; carry on with the default meanwhile.
     base_port = base_port if isinstance(base_port, int) and not isinstance(base_port, bool) else DEFAULT_BASE_PORT
