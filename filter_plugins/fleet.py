@@ -66,7 +66,10 @@ def fleet_monitoring_targets(hostvars):
     try:
         hosts = _fleet_and_monitoring(hostvars)
         fleet = {h: v for h, v in hosts.items() if "fleet" in v.get("group_names", [])}
-        return {"models": monitoring.model_targets(fleet), "nodes": monitoring.node_targets(hosts)}
+        routers = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+                   if "router" in (hostvars[h].get("group_names") or [])}
+        return {"models": monitoring.model_targets(fleet), "nodes": monitoring.node_targets(hosts),
+                "routers": monitoring.router_targets(routers)}
     except Exception as exc:
         raise AnsibleFilterError(f"fleet_monitoring_targets: {exc}") from exc
 
@@ -88,6 +91,15 @@ def fleet_router_backends(hostvars, router_models):
         return router.backends(_plain(router_models), fleet)
     except Exception as exc:
         raise AnsibleFilterError(f"fleet_router_backends: {exc}") from exc
+
+
+def fleet_router_pool_argv(pool, executable, check_interval, check_fall, check_rise, metrics_address, timeout):
+    """A vllm-router pool's command line but its workers (vllm_fleet.router.pool_argv)."""
+    try:
+        return router.pool_argv(_plain(pool), str(executable), check_interval, int(check_fall), int(check_rise),
+                                str(metrics_address), timeout)
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_router_pool_argv: {exc}") from exc
 
 
 def fleet_router_routes(hostvars, node):
@@ -280,6 +292,8 @@ class FilterModule:
             "fleet_placeholder_checksums": fleet_placeholder_checksums,
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,
+            "fleet_router_pool_argv": fleet_router_pool_argv,
+            "fleet_router_worker_url": lambda server: router.worker_url(_plain(server)),
             "fleet_monitoring_targets": fleet_monitoring_targets,
             "fleet_monitoring_api_keys": fleet_monitoring_api_keys,
             "fleet_resolve_models": fleet_resolve_models,

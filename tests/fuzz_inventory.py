@@ -60,7 +60,7 @@ FLEET_EXTRA = {"fleet_serve_listen": "0.0.0.0", "fleet_serve_api_key": BASE_API_
 EXTRA_HOSTS = {
     "router": {ROUTER: {"ansible_host": "192.0.2.5",
                         "router_models": [{"name": "gpt-oss-20b", "port": 9000}, {"name": "bge-m3", "port": 9001},
-                                          {"name": "qwen3-0.6b", "port": 9002, "balance": "roundrobin"}]}},
+                                          {"name": "qwen3-0.6b", "port": 9002, "policy": "round_robin"}]}},
     "monitoring": {MONITOR: {"ansible_host": "192.0.2.6"}},
 }
 

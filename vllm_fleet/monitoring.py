@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from vllm_fleet.role_specs import role_default
-from vllm_fleet.router import node_address, served_models
+from vllm_fleet.router import WILDCARDS, is_pool, node_address, served_models
 
 #: Prometheus job names and label values built from host and model names: letters, digits, `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -92,3 +92,27 @@ def api_keys(fleet_hosts: dict[str, dict]) -> dict[str, str]:
             if model.get("api_key"):
                 keys[credentials_file(host, model)] = api_key(fleet_hosts[host], model["name"])
     return keys
+
+
+def router_targets(routers: dict[str, dict]) -> list[dict]:
+    """What each router host exposes to Prometheus: HAProxy's exporter and the teams' counters
+    (router_metrics_port), and each vllm-router pool's metrics (router_models[].metrics_port).
+    One {job, router, model, address, path} each; `address` where the router listens (its
+    ansible_host where that is a wildcard)."""
+    out = []
+    for host in sorted(routers):
+        host_vars = routers[host]
+        listen = str(host_vars.get("router_listen_address", role_default("router_listen_address")))
+        address = _url_host(_host_address(host, host_vars) if listen in WILDCARDS else listen)
+        port = host_vars.get("router_metrics_port") or 0
+        if port:
+            out.append({"job": "haproxy", "router": host, "model": "", "address": f"{address}:{port}",
+                        "path": "/metrics"})
+            if host_vars.get("router_api_keys"):
+                out.append({"job": "router_teams", "router": host, "model": "", "address": f"{address}:{port}",
+                            "path": "/metrics/teams"})
+        for entry in host_vars.get("router_models") or []:
+            if is_pool(entry):
+                out.append({"job": "vllm_router", "router": host, "model": entry["name"],
+                            "address": f"{address}:{entry['metrics_port']}", "path": "/metrics"})
+    return out

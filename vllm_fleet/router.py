@@ -17,6 +17,36 @@ WILDCARDS = frozenset(["", "0.0.0.0", "::", "[::]", "*"])
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
+#: The routing policies of a router entry (`router_models[].policy`). HAProxy serves the first
+#: three itself, with the balance algorithm named here: `session` hashes the request's
+#: session header (router_session_header), else its body's OpenAI `user`, so a conversation
+#: goes back to the replica that holds its prefix. The others are the vLLM project's router
+#: (vllm-router, PyPI): a pool process per entry on the router host, in front of the entry's
+#: engines, behind HAProxy (which keeps the keys, limits and health of the front door).
+HAPROXY_POLICIES = {"round_robin": "roundrobin", "least_loaded": "leastconn", "session": "hash"}
+VLLM_ROUTER_POLICIES = ("cache_aware", "power_of_two", "consistent_hash", "sticky_least_loaded")
+POLICIES = (*HAPROXY_POLICIES, *VLLM_ROUTER_POLICIES)
+DEFAULT_POLICY = "least_loaded"
+#: A pool's own ports (on the router host's loopback; its metrics on the router's address).
+POOL_PORTS = ("pool_port", "metrics_port")
+_HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?$")
+_UNIT_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def is_pool(entry: dict) -> bool:
+    """An entry the vLLM project's router serves (its policy is one of VLLM_ROUTER_POLICIES)."""
+    return entry.get("policy", DEFAULT_POLICY) in VLLM_ROUTER_POLICIES
+
+
+def haproxy_seconds(value: Any) -> int:
+    """An HAProxy time ("2s", "500ms", "1m"; a bare number is milliseconds) in whole seconds,
+    at least 1: vllm-router takes its health check interval in seconds."""
+    match = _HAPROXY_TIME.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{value!r} is no HAProxy time (e.g. 2s, 500ms)")
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2) or "ms"]
+    return max(1, round(seconds))
+
 
 def haproxy_name(text: str) -> str:
     return _UNSAFE.sub("_", text)
@@ -73,8 +103,37 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
                     servers.append({"name": haproxy_name(host), "host": host,
                                     "address": node_address(host, fleet_hosts[host], model),
                                     "port": model["port"]})
-        out.append({**entry, "backend": haproxy_name(f"model_{name}"), "servers": servers})
+        backend = {**entry, "policy": entry.get("policy", DEFAULT_POLICY), "backend": haproxy_name(f"model_{name}"),
+                   "servers": servers, "pool": is_pool(entry)}
+        backend["balance"] = HAPROXY_POLICIES.get(backend["policy"])
+        if backend["pool"]:
+            backend["unit"] = f"vllm-fleet-router-{backend['backend']}"
+            backend["workers"] = [worker_url(server) for server in servers]
+        out.append(backend)
     return out
+
+
+def worker_url(server: dict) -> str:
+    """A server of a backend as vllm-router names its workers (`--worker-urls`, /add_worker)."""
+    address = server["address"]
+    return f"http://{f'[{address}]' if ':' in address else address}:{server['port']}"
+
+
+def pool_argv(backend: dict, executable: str, check_interval: Any, check_fall: int, check_rise: int,
+              metrics_address: str, timeout: Any) -> list[str]:
+    """The command line of one entry's vllm-router but its workers: its policy, on the router
+    host's loopback (HAProxy in front), its Prometheus metrics on `metrics_address`, health
+    checks as HAProxy's (the same interval, failures and successes). The workers follow from
+    the unit's environment file (`--worker-urls $WORKERS`), so a node added or removed changes
+    that file only, and the running router learns it through its API, without a restart that
+    would cut the answers streaming through it. No --api-key: HAProxy puts the engines' key
+    on every request, and a key on a command line is readable in /proc."""
+    return [executable, "--host", "127.0.0.1", "--port", str(backend["pool_port"]), "--policy", backend["policy"],
+            "--prometheus-host", metrics_address, "--prometheus-port", str(backend["metrics_port"]),
+            "--health-check-interval-secs", str(haproxy_seconds(check_interval)),
+            "--health-failure-threshold", str(int(check_fall)), "--health-success-threshold", str(int(check_rise)),
+            "--request-timeout-secs", str(haproxy_seconds(timeout)),
+            "--worker-startup-timeout-secs", "5", "--worker-startup-check-interval", "1", "--log-level", "warning"]
 
 
 def router_listeners(router_models: list[dict], listen_address: str) -> list[tuple[str, Any]]:

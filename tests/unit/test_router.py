@@ -113,7 +113,7 @@ def test_the_same_model_twice_is_refused():
 @pytest.mark.parametrize("entries, expected", [
     ([{"name": "bge-m3"}], "port"),
     ([{"name": "bge-m3", "port": "many"}], "port"),
-    ([{"name": "bge-m3", "port": 9000, "balance": "random"}], "balance"),
+    ([{"name": "bge-m3", "port": 9000, "policy": "random"}], "policy"),
     ("bge-m3", "router_models"),
 ])
 def test_malformed_entries_are_refused_by_the_role_spec(entries, expected):
@@ -138,7 +138,7 @@ def _inventory(tmp_path: Path) -> Path:
             "ansible_connection": "local", "ansible_python_interpreter": str(ROOT / ".venv/bin/python"),
             "router_listen_address": "127.0.0.1",
             "router_models": [{"name": "gpt-oss-20b", "port": 9000},
-                              {"name": "qwen3-0.6b", "port": 9001, "balance": "roundrobin"}]}}}}}}
+                              {"name": "qwen3-0.6b", "port": 9001, "policy": "round_robin"}]}}}}}}
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -181,9 +181,24 @@ def test_config_rendered_by_the_role_template(tmp_path):
     assert "balance roundrobin" in qwen and "server cpu-01 192.0.2.51:8000" in qwen
     assert "stats socket /run/haproxy/admin.sock mode 0660 level admin" in text
     assert "timeout server 10m" in text
-    if shutil.which("haproxy"):
-        check = subprocess.run(["haproxy", "-c", "-f", str(out)], capture_output=True, text=True)
-        assert check.returncode == 0, check.stdout + check.stderr
+    haproxy_check(text, tmp_path)
+
+
+def haproxy_check(text: str, tmp_path: Path) -> None:
+    """`haproxy -c` on a rendered configuration (scripts/setup puts Debian's HAProxy on the
+    controller), with the role's Lua file and empty maps at their paths under tmp_path, and
+    without the account and chroot of a router host."""
+    if not shutil.which("haproxy"):
+        pytest.skip("no haproxy on this controller (scripts/setup installs it)")
+    text = text.replace("/etc/haproxy/", f"{tmp_path}/")
+    (tmp_path / "vllm-fleet-teams.lua").write_text((ROOT / "roles/router/files/vllm-fleet-teams.lua").read_text())
+    for name in ("vllm-fleet-keys.map", "vllm-fleet-limits.map"):
+        (tmp_path / name).write_text("")
+    cfg = tmp_path / "checked.cfg"
+    host_only = ("chroot /var/lib/haproxy", "user haproxy", "group haproxy")
+    cfg.write_text("\n".join(line for line in text.splitlines() if line.strip() not in host_only) + "\n")
+    check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_validate_play_checks_routers_against_the_whole_fleet(tmp_path):
@@ -227,3 +242,133 @@ def test_inventory_strings_reach_the_config_as_one_word_each(tmp_path):
     lines = [haproxy_read(line) for line in out.read_text().splitlines()]
     assert ["bind", "127.0.0.1:1 # ${HOME}:9000"] in lines and ["bind", "127.0.0.1:1 # ${HOME}:9001"] in lines
     assert ["timeout", "client", "10m' 5s"] in lines
+
+
+def _render(tmp_path: Path, router_vars: dict, template: str = "etc/haproxy/haproxy.cfg.j2") -> str:
+    """One of the role's templates, rendered for router-01 of _inventory with `router_vars` set."""
+    inventory = _inventory(tmp_path)
+    doc = yaml.safe_load(inventory.read_text())
+    doc["all"]["children"]["router"]["hosts"]["router-01"].update(router_vars)
+    inventory.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "rendered"
+    defaults = yaml.safe_load((ROOT / "roles/router/defaults/main.yml").read_text())
+    for name in ("router_listen_address", *router_vars):
+        defaults.pop(name, None)
+    defaults.pop("router_models", None)
+    proc = _playbook(tmp_path, inventory, f"""
+- hosts: router
+  gather_facts: false
+  vars: {json.dumps(defaults)}
+  vars_files: [{ROOT}/roles/router/vars/main.yml]
+  tasks:
+    - ansible.builtin.template:
+        src: {ROOT}/roles/router/templates/{template}
+        dest: {out}
+        mode: "0644"
+""")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return out.read_text()
+
+
+TEAMS = [{"name": "search", "key": "s" * 20, "requests_per_minute": 60}, {"name": "chat", "key": "c" * 20}]
+POLICIES = [{"name": "gpt-oss-20b", "port": 9000, "policy": "cache_aware", "pool_port": 9100, "metrics_port": 9200},
+            {"name": "qwen3-0.6b", "port": 9001, "policy": "session"}]
+
+
+def test_policies_and_team_keys_in_haproxy(tmp_path):
+    """A vllm-router policy sends the endpoint to its pool on loopback; session hashes the session
+    header, else the body's user; team keys: 401 unknown, 429 over the team's rate, the engines'
+    own key in their stead; the metrics frontend serves the exporter and the teams' counters."""
+    text = _render(tmp_path, {"router_models": POLICIES, "router_api_keys": TEAMS, "router_metrics_port": 9300})
+    gpt = text[text.index("backend model_gpt-oss-20b"):text.index("# ---- qwen3-0.6b")]
+    assert "server vllm-router 127.0.0.1:9100 check" in gpt and "balance" not in gpt
+    qwen = text[text.index("backend model_qwen3-0.6b"):]
+    assert "http-request set-var(txn.session) req.hdr(X-Session-Id)" in qwen
+    assert "req.body,json_query('$.user')" in qwen and "balance hash var(txn.session)" in qwen
+    assert "server cpu-01 192.0.2.51:8000" in qwen
+    front = text[text.index("frontend model_qwen3-0.6b"):text.index("backend model_qwen3-0.6b")]
+    assert "map(/etc/haproxy/vllm-fleet-keys.map)" in front and "return status 401" in front
+    assert "return status 429" in front and "track-sc0 var(txn.team) table vllm_fleet_teams" in front
+    assert "http-request set-header Authorization 'Bearer " + "k" * 24 + "'" in front
+    assert "lua-load /etc/haproxy/vllm-fleet-teams.lua" in text
+    assert "use-service lua.vllm_fleet_team_metrics if { path /metrics/teams }" in text
+    assert "bind 127.0.0.1:9300" in text
+    haproxy_check(text, tmp_path)
+
+
+def test_without_team_keys_the_clients_key_passes(tmp_path):
+    text = _render(tmp_path, {"router_models": POLICIES})
+    assert "Authorization" not in text.split("# ---- gpt-oss-20b")[1]
+    assert "lua-load" not in text and "vllm_fleet_teams" not in text
+
+
+def test_team_maps_hold_each_key_and_limit(tmp_path):
+    keys = _render(tmp_path, {"router_api_keys": TEAMS}, "vllm-fleet-keys.map.j2")
+    assert [line for line in keys.splitlines() if not line.startswith("#")] == ["s" * 20 + " search",
+                                                                              "c" * 20 + " chat"]
+    limits = _render(tmp_path, {"router_api_keys": TEAMS}, "vllm-fleet-limits.map.j2")
+    assert [line for line in limits.splitlines() if not line.startswith("#")] == ["search 60", "chat 0"]
+
+
+def test_pool_command_line():
+    (backend,) = router.backends([POLICIES[0]], listening(example_hosts()))
+    assert backend["pool"] and backend["unit"] == "vllm-fleet-router-model_gpt-oss-20b"
+    assert backend["workers"] == ["http://192.0.2.21:8000", "http://192.0.2.41:8000"]
+    argv = router.pool_argv(backend, "/v/bin/vllm-router", "500ms", 2, 3, "0.0.0.0", "10m")
+    assert argv[:7] == ["/v/bin/vllm-router", "--host", "127.0.0.1", "--port", "9100", "--policy", "cache_aware"]
+    assert argv[argv.index("--health-check-interval-secs") + 1] == "1"
+    assert argv[argv.index("--request-timeout-secs") + 1] == "600"
+    assert argv[argv.index("--prometheus-port") + 1] == "9200" and "--api-key" not in argv
+    assert "--worker-urls" not in argv  # from the unit's environment file
+    with pytest.raises(ValueError):
+        router.haproxy_seconds("2 s")
+
+
+def _teams_router(**extra):
+    return {"r": router_host([{"name": "bge-m3", "port": 9000}], **extra)}
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"router_api_keys": [{"name": "a", "key": "k" * 24}]}, "is the engines' own key (fleet_serve_api_key)"),
+    ({"router_api_keys": [{"name": "a", "key": "x" * 20}, {"name": "b", "key": "x" * 20}]},
+     "router_api_keys[1].key = ******** (a string): is another team's key too"),
+    ({"router_api_keys": [{"name": "a", "key": "x" * 20}, {"name": "a", "key": "y" * 20}]},
+     "names a team that has a key already"),
+    ({"router_api_keys": [{"name": "a", "key": "short"}]}, "router_api_keys[0].key"),
+    ({"router_api_keys": [{"name": "a", "key": ""}]}, "router_api_keys[0].key"),
+    ({"router_api_keys": [{"name": "a", "key": "x" * 20, "requests_per_minute": -1}]}, "requests_per_minute"),
+    ({"router_api_keys": [{"name": "a b", "key": "x" * 20}]}, "router_api_keys[0].name"),
+    ({"router_session_header": "X Session"}, "router_session_header = 'X Session' (a string): is no HTTP header name"),
+])
+def test_bad_team_keys_are_refused(extra, expected):
+    from vllm_fleet.validation import validate_inventory
+    fleet = listening(example_hosts())
+    hosts = {**fleet, **_teams_router(**extra)}
+    problems = router_problems(_teams_router(**extra), fleet) + validate_inventory(hosts, list(hosts))
+    assert any(expected in p and p.startswith("host r: ") for p in problems), problems
+    assert not any("x" * 20 in p or "k" * 24 in p for p in problems)
+
+
+def test_a_pool_names_its_ports_and_its_release():
+    entry = {"name": "bge-m3", "port": 9000, "policy": "cache_aware"}
+    problems = router_problems({"r": router_host([entry])}, listening(example_hosts()))
+    assert any("router_models[0].pool_port is missing" in p for p in problems), problems
+    assert any("router_models[0].metrics_port is missing" in p for p in problems), problems
+    assert any("fleet_matrix.vllm_router.version = null" in p for p in problems), problems
+    ok = router_host([{**entry, "pool_port": 9100, "metrics_port": 9200}],
+                     fleet_matrix={"vllm_router": {"version": "0.1.17"}})
+    assert router_problems({"r": ok}, listening(example_hosts())) == []
+    clash = router_host([{**entry, "pool_port": 9000, "metrics_port": 9200}],
+                        fleet_matrix={"vllm_router": {"version": "0.1.17"}})
+    assert any("router_models[0].pool_port = 9000" in p for p in router_problems({"r": clash},
+                                                                               listening(example_hosts())))
+    haproxy = router_host([{"name": "bge-m3", "port": 9000, "policy": "round_robin", "pool_port": 9100}])
+    (problem,) = router_problems({"r": haproxy}, listening(example_hosts()))
+    assert "router_models[0].pool_port = 9100 (an integer): is for a policy of the vLLM project's router" in problem
+
+
+def test_team_keys_need_one_engine_key_per_model():
+    fleet = listening(example_hosts())
+    fleet["musa-01"]["fleet_serve_api_key"] = "m" * 24
+    problems = router_problems(_teams_router(router_api_keys=[{"name": "a", "key": "x" * 20}]), fleet)
+    assert any("serve it with different keys" in p for p in problems), problems

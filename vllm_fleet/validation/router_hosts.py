@@ -3,11 +3,64 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 from vllm_fleet import router
 from vllm_fleet.validation.ports import in_group, listener_problems, served_models
-from vllm_fleet.validation.problem import _describe
+from vllm_fleet.validation.problem import Problem, _describe
 from vllm_fleet.validation.roles import role_variable_problems
+
+#: An HTTP header name (RFC 9110 token).
+_HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}([.-]?[A-Za-z0-9]+)?$")
+
+
+def _pool_problems(where: str, entry: dict) -> list[str]:
+    """A pool (a vllm-router policy) names its two ports; an HAProxy policy has none."""
+    pool = router.is_pool(entry)
+    out = []
+    for key in router.POOL_PORTS:
+        if pool and key not in entry:
+            out.append(f"{where}.{key} is missing: policy {entry.get('policy')!r} runs the vLLM project's router, "
+                       f"which needs a port of its own; accepted: a free port (1024-65535) of the router host")
+        elif not pool and key in entry:
+            out.append(f"{where}.{key} = {_describe(entry[key])}: is for a policy of the vLLM project's router, not "
+                       f"{entry.get('policy', router.DEFAULT_POLICY)!r}; accepted: no {key}, or a policy of "
+                       f"{', '.join(router.VLLM_ROUTER_POLICIES)}")
+    return out
+
+
+def _key_problems(host: str, host_vars: dict, fleet_hosts: dict[str, dict]) -> list[str]:
+    """Team keys: one per team, each unique, none the engines' own key (which would open
+    the engines directly and make a team's key the fleet's)."""
+    teams = host_vars.get("router_api_keys") or []
+    out: list[str] = []
+    if not isinstance(teams, list):
+        return out
+    fleet_keys = {v.get("fleet_serve_api_key") for v in fleet_hosts.values()} - {None, ""}
+    names: set = set()
+    keys: set = set()
+    for i, team in enumerate(teams):
+        if not isinstance(team, dict):
+            continue  # the role spec says what is wrong
+        name, key = team.get("name"), team.get("key")
+        if name in names:
+            out.append(str(Problem(("router_api_keys", i, "name"), name, "names a team that has a key already",
+                                   "one entry per team")))
+        if isinstance(key, str) and key in keys:
+            out.append(str(Problem(("router_api_keys", i, "key"), key, "is another team's key too",
+                                   "a key of its own per team")))
+        if isinstance(key, str) and key in fleet_keys:
+            out.append(str(Problem(("router_api_keys", i, "key"), key, "is the engines' own key "
+                                   "(fleet_serve_api_key), which opens every node directly",
+                                   "a key of the team's own, apart from the fleet's")))
+        names.add(name)
+        keys.add(key)
+    header = host_vars.get("router_session_header")
+    if header is not None and not (isinstance(header, str) and _HEADER.match(header)):
+        out.append(str(Problem(("router_session_header",), header, "is no HTTP header name",
+                               "letters, digits and !#$%&'*+.^_`|~- (e.g. X-Session-Id)")))
+    return [f"host {host}: {p}" for p in out]
 
 
 def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> list[str]:
@@ -30,11 +83,20 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
             problems += [f"host {host}: {p}" for p in own or [f"router_models = {_describe(entries)}: expected a list"]]
             continue
         valid[host] = host_vars
+        problems += _key_problems(host, host_vars, fleet_hosts)
         address = str(host_vars.get("ansible_host", host))
+        if any(isinstance(e, dict) and router.is_pool(e) for e in entries):
+            version = ((host_vars.get("fleet_matrix") or {}).get("vllm_router") or {}).get("version") \
+                if isinstance(host_vars.get("fleet_matrix") or {}, dict) else None
+            if not (isinstance(version, str) and _VERSION.match(version)):
+                problems.append(f"host {host}: fleet_matrix.vllm_router.version = {_describe(version)}: a policy of the "
+                                f"vLLM project's router needs its release pinned; accepted: a version such as "
+                                f"'0.1.17' in the router hosts' matrix")
         names: set[str] = set()
         for i, entry in enumerate(entries):
             where = f"host {host}: router_models[{i}]"
             name = entry.get("name")
+            problems += _pool_problems(where, entry)
             if name in names:
                 problems.append(f"{where}: model {name!r} has a router entry already; accepted: one entry per model")
             names.add(name)
@@ -47,6 +109,12 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
                 model = next(m for m in served_models(node_vars, node) if name in m["served_model_name"])
+                if host_vars.get("router_api_keys") and \
+                        node_vars.get("fleet_serve_api_key") != fleet_hosts[served[name][0]].get("fleet_serve_api_key"):
+                    problems.append(f"{where}.name = {name!r}: {node} and {served[name][0]} serve it with different "
+                                    f"keys (fleet_serve_api_key), and the router puts one engine key on each request "
+                                    f"where teams have their own; accepted: one fleet_serve_api_key for every node "
+                                    f"serving the model")
                 if router.unreachable_from(address, node, node_vars, model):
                     problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
                                     f"which the router at {address} cannot reach; accepted: a listen address the "

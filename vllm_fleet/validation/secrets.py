@@ -39,7 +39,23 @@ def _structured(path: tuple) -> bool:
     return bool(spec and spec[1].get("type") in ("dict", "list"))
 
 
+def _secret_options(path: tuple) -> set[str] | None:
+    """The suboptions a role variable's spec marks as secrets (no_log), where its spec lists
+    suboptions (router_api_keys: each team's `key`, not its name or limit); None otherwise."""
+    spec = role_options().get(str(path[0])) if len(path) == 1 else None
+    options = spec[1].get("options") if spec else None
+    return {k for k, o in options.items() if o.get("no_log")} if options else None
+
+
 def _secret_leaves(value, path: tuple, inside: bool):
+    secret_options = _secret_options(path) if inside and len(path) == 1 else None
+    if secret_options is not None:
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            for k, v in (item.items() if isinstance(item, dict) else ()):
+                where = path + ((i,) if isinstance(value, list) else ()) + (k,)
+                yield from _secret_leaves(v, where, k in secret_options)
+        return
     if path and isinstance(path[-1], str) and _KEY_NAME.search(path[-1]) and SECRET_NAME.search(path[-1]) \
             and isinstance(value, (dict, list)) and not _structured(path):
         yield path, value  # a key or token is one string, not a structure
