@@ -12,6 +12,16 @@
  *
  * The team key lives in sessionStorage only (gone with the tab); conversations are kept in
  * localStorage, messages only, never the key.
+ *
+ * It reads ./config.json (paths relative to the page):
+ *   {"title": "vllm-fleet", "currency": "CNY", "presets": ["写一封辞职信", ...],
+ *    "fleet_refresh_seconds": 5,                      (optional, at least 1)
+ *    "models": [{"name": "qwen3-8b", "version": "Qwen/Qwen3-8B@<revision>", "path": "models/qwen3-8b",
+ *                "price_input_per_1k": 0.002, "price_output_per_1k": 0.006,
+ *                "replicas": [{"node": "nvidia-01", "metrics": "fleet/nvidia-01/qwen3-8b/metrics",
+ *                              "node_metrics": "fleet/nvidia-01/node/metrics"}]}]}
+ * {path}/v1/models and {path}/v1/chat/completions are the model's OpenAI endpoints; a reply's
+ * node is the response header X-Vllm-Fleet-Node when the router sets it.
  */
 (() => {
   'use strict';
