@@ -102,6 +102,21 @@ def fleet_router_pool_argv(pool, executable, check_interval, check_fall, check_r
         raise AnsibleFilterError(f"fleet_router_pool_argv: {exc}") from exc
 
 
+def fleet_router_page(hostvars, backends, title, currency, presets):
+    """The chat page's config.json and the page server's proxied metrics (vllm_fleet.router):
+    {config, upstreams}; nodes have exporters once the inventory has a monitoring host."""
+    try:
+        fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
+                 if "fleet" in (hostvars[h].get("group_names") or [])}
+        monitored = any("monitoring" in (hostvars[h].get("group_names") or []) for h in hostvars.keys())
+        ports = {h: monitoring.exporter_port(v) for h, v in fleet.items()} if monitored else {}
+        backends = _plain(backends)
+        return {"config": router.page_config(backends, fleet, str(title), str(currency), _plain(presets), ports),
+                "upstreams": router.page_upstreams(backends, ports)}
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_router_page: {exc}") from exc
+
+
 def fleet_router_routes(hostvars, node):
     """The routers in front of `node` (vllm_fleet.router.routes): every router host's
     router_models against every fleet node of the inventory."""
@@ -293,6 +308,8 @@ class FilterModule:
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,
             "fleet_router_pool_argv": fleet_router_pool_argv,
+            "fleet_router_page": fleet_router_page,
+            "fleet_router_seconds": lambda value: router.haproxy_seconds(value),
             "fleet_router_worker_url": lambda server: router.worker_url(_plain(server)),
             "fleet_monitoring_targets": fleet_monitoring_targets,
             "fleet_monitoring_api_keys": fleet_monitoring_api_keys,

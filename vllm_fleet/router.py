@@ -153,3 +153,44 @@ def routes(node: str, routers: dict[str, list[dict]], fleet_hosts: dict[str, dic
             if any(server["host"] == node for server in backend["servers"]):
                 out.append({"router": router_host, "model": backend["name"], "router_models": entries})
     return out
+
+
+def page_config(backends_: list[dict], fleet_hosts: dict[str, dict], title: str, currency: str,
+                presets: list[str], node_metrics: Any = ()) -> dict:
+    """The chat page's config.json (roles/router/files/chat/chat.js reads it): each endpoint's
+    model with its version (the source repository and revision its first node fetched), prices
+    and replicas (`node_metrics`: the hosts whose exporter the page server proxies); every path
+    relative to the page, served by the router host's page server."""
+    models = []
+    for backend in backends_:
+        version = ""
+        for server in backend["servers"][:1]:
+            model = next((m for m in served_models(fleet_hosts[server["host"]], server["host"])
+                          if backend["name"] in m["served_model_name"]), {})
+            source = model.get("source") or {}
+            version = "@".join(str(p) for p in (source.get("repo"), source.get("revision")) if p)
+        models.append({
+            "name": backend["name"], "version": version, "path": f"models/{backend['name']}",
+            "price_input_per_1k": float(backend.get("price_input_per_1k", 0)),
+            "price_output_per_1k": float(backend.get("price_output_per_1k", 0)),
+            "replicas": [{"node": s["host"], "metrics": f"fleet/{s['host']}/{backend['name']}/metrics",
+                          **({"node_metrics": f"fleet/{s['host']}/node/metrics"} if s["host"] in node_metrics else {})}
+                         for s in backend["servers"]]})
+    return {"title": title, "currency": currency, "presets": list(presets), "models": models}
+
+
+def page_upstreams(backends_: list[dict], exporter_ports: dict[str, int]) -> list[dict]:
+    """What the page server proxies besides the endpoints: {path, url} of each replica's engine
+    metrics and each node's exporter (`exporter_ports`: host -> port; empty without monitoring,
+    where nodes have none), for the page's fleet panel."""
+    out, nodes = [], {}
+    for backend in backends_:
+        for s in backend["servers"]:
+            out.append({"path": f"/fleet/{s['host']}/{backend['name']}/metrics", "url": f"{worker_url(s)}/metrics"})
+            nodes[s["host"]] = s["address"]
+    for host, address in sorted(nodes.items()):
+        if exporter_ports.get(host):
+            url_host = f"[{address}]" if ":" in address else address
+            out.append({"path": f"/fleet/{host}/node/metrics",
+                        "url": f"http://{url_host}:{exporter_ports[host]}/metrics"})
+    return out

@@ -354,7 +354,7 @@ def test_a_pool_names_its_ports_and_its_release():
     problems = router_problems({"r": router_host([entry])}, listening(example_hosts()))
     assert any("router_models[0].pool_port is missing" in p for p in problems), problems
     assert any("router_models[0].metrics_port is missing" in p for p in problems), problems
-    assert any("fleet_matrix.vllm_router.version = null" in p for p in problems), problems
+    assert any("fleet_matrix.vllm_router.version is missing" in p for p in problems), problems
     ok = router_host([{**entry, "pool_port": 9100, "metrics_port": 9200}],
                      fleet_matrix={"vllm_router": {"version": "0.1.17"}})
     assert router_problems({"r": ok}, listening(example_hosts())) == []
@@ -372,3 +372,40 @@ def test_team_keys_need_one_engine_key_per_model():
     fleet["musa-01"]["fleet_serve_api_key"] = "m" * 24
     problems = router_problems(_teams_router(router_api_keys=[{"name": "a", "key": "x" * 20}]), fleet)
     assert any("serve it with different keys" in p for p in problems), problems
+
+
+def test_page_config_names_each_model_its_version_prices_and_replicas():
+    fleet = listening(example_hosts())
+    backends = router.backends([{"name": "gpt-oss-20b", "port": 9000, "price_input_per_1k": 0.002,
+                                 "price_output_per_1k": 0.006}], fleet)
+    config = router.page_config(backends, fleet, "vllm-fleet", "CNY", ["写一封辞职信"], {"nvidia-01": 9100})
+    (model,) = config["models"]
+    # The first replica's source (metax-01 fetches MetaX's BF16 checkpoint of the model).
+    assert model["version"] == "unsloth/gpt-oss-20b-BF16" and model["path"] == "models/gpt-oss-20b"
+    assert (model["price_input_per_1k"], model["price_output_per_1k"]) == (0.002, 0.006)
+    assert [r["node"] for r in model["replicas"]] == ["metax-01", "nvidia-01"]
+    assert model["replicas"][1] == {"node": "nvidia-01", "metrics": "fleet/nvidia-01/gpt-oss-20b/metrics",
+                                    "node_metrics": "fleet/nvidia-01/node/metrics"}
+    assert "node_metrics" not in model["replicas"][0]  # no exporter known for it
+    assert config["presets"] == ["写一封辞职信"]
+    upstreams = router.page_upstreams(backends, {"nvidia-01": 9100})
+    assert {"path": "/fleet/nvidia-01/gpt-oss-20b/metrics", "url": "http://192.0.2.41:8000/metrics"} in upstreams
+    assert {"path": "/fleet/nvidia-01/node/metrics", "url": "http://192.0.2.41:9100/metrics"} in upstreams
+    assert not any(u["path"] == "/fleet/metax-01/node/metrics" for u in upstreams)
+
+
+def test_page_site_proxies_each_endpoint_unbuffered(tmp_path):
+    text = _render(tmp_path, {"router_models": POLICIES, "router_page_port": 9400},
+                   "etc/nginx/sites-enabled/vllm-fleet-chat.conf.j2")
+    assert "listen 127.0.0.1:9400;" in text
+    block = text[text.index("location /models/gpt-oss-20b/"):]
+    block = block[:block.index("}")]
+    assert "proxy_pass http://127.0.0.1:9000/;" in block and "proxy_buffering off;" in block
+    assert "proxy_read_timeout 600s;" in block
+    assert "location = /fleet/nvidia-01/gpt-oss-20b/metrics" in text
+    assert "frame-ancestors 'none'" in text
+    if shutil.which("nginx"):
+        conf = tmp_path / "nginx.conf"
+        conf.write_text("events {}\nhttp { include %s; }\n" % (tmp_path / "rendered"))
+        check = subprocess.run(["nginx", "-t", "-q", "-c", str(conf)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr

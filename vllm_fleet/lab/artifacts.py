@@ -221,7 +221,8 @@ def _download_real_wheels(cache: Path, reqs: Path, log) -> None:
         cache.mkdir(parents=True, exist_ok=True)
         cmd = [sys_python(), "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
                "--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_36_x86_64",
-               "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+               "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+               "--platform", "manylinux2014_x86_64",
                "--platform", "any", "--implementation", "cp", "-d", str(cache), "-r", str(reqs)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

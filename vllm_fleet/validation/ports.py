@@ -116,10 +116,11 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
                     out.append(Claim(host, _address(host, host_vars), entry[key],
                                      f"the router's {key.replace('_', ' ')} of {entry.get('name')!r} on {host}",
                                      f"router_models[{i}].{key} = {entry[key]}", typed=True))
-        port = host_vars.get("router_metrics_port")
-        if is_port_number(port) and port:
-            out.append(Claim(host, _address(host, host_vars), port, f"the router's metrics on {host}",
-                             f"router_metrics_port = {port}", typed=True))
+        for name, what in (("router_metrics_port", "metrics"), ("router_page_port", "chat page")):
+            port = host_vars.get(name)
+            if is_port_number(port) and port:
+                out.append(Claim(host, _address(host, host_vars), port, f"the router's {what} on {host}",
+                                 f"{name} = {port}", typed=True))
     if any("monitoring" in _groups(v) for v in all_hosts.values()):
         watched = sorted(h for h, v in all_hosts.items() if {"fleet", "monitoring"} & _groups(v))
         for host in watched:

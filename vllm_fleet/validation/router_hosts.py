@@ -37,7 +37,7 @@ def _key_problems(host: str, host_vars: dict, fleet_hosts: dict[str, dict]) -> l
     out: list[str] = []
     if not isinstance(teams, list):
         return out
-    fleet_keys = {v.get("fleet_serve_api_key") for v in fleet_hosts.values()} - {None, ""}
+    fleet_keys = {k for k in (v.get("fleet_serve_api_key") for v in fleet_hosts.values()) if isinstance(k, str) and k}
     names: set = set()
     keys: set = set()
     for i, team in enumerate(teams):
@@ -63,6 +63,28 @@ def _key_problems(host: str, host_vars: dict, fleet_hosts: dict[str, dict]) -> l
     return [f"host {host}: {p}" for p in out]
 
 
+def _matrix_problems(host_vars: dict, entries: list) -> list[str]:
+    """A router host's matrix has one component, the vLLM project's router: its version, required
+    where an entry uses one of its policies."""
+    matrix = host_vars.get("fleet_matrix")
+    accepted = "a mapping {vllm_router: {version: '0.1.17'}} (the release of the vLLM project's router)"
+    if matrix is None:
+        matrix = {}
+    if not isinstance(matrix, dict) or set(matrix) - {"vllm_router"}:
+        return [str(Problem(("fleet_matrix",), matrix, "is not a router host's matrix", accepted))]
+    component = matrix.get("vllm_router")
+    if component is not None and (not isinstance(component, dict) or set(component) != {"version"}):
+        return [str(Problem(("fleet_matrix", "vllm_router"), component, "is not a release", "{version: '0.1.17'}"))]
+    version = (component or {}).get("version")
+    if component is not None and not (isinstance(version, str) and _VERSION.match(version)):
+        return [str(Problem(("fleet_matrix", "vllm_router", "version"), version, "is no release number",
+                            "a version such as '0.1.17'"))]
+    if version is None and any(isinstance(e, dict) and router.is_pool(e) for e in entries):
+        return ["fleet_matrix.vllm_router.version is missing: a policy of the vLLM project's router needs its "
+                "release pinned; accepted: a version such as '0.1.17' in the router hosts' matrix"]
+    return []
+
+
 def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> list[str]:
     """Problems of the router hosts: their role variables, an entry naming a model no fleet node
     serves (`fleet_hosts`: every fleet node of the inventory, not only those of the run), and a
@@ -85,13 +107,7 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
         valid[host] = host_vars
         problems += _key_problems(host, host_vars, fleet_hosts)
         address = str(host_vars.get("ansible_host", host))
-        if any(isinstance(e, dict) and router.is_pool(e) for e in entries):
-            version = ((host_vars.get("fleet_matrix") or {}).get("vllm_router") or {}).get("version") \
-                if isinstance(host_vars.get("fleet_matrix") or {}, dict) else None
-            if not (isinstance(version, str) and _VERSION.match(version)):
-                problems.append(f"host {host}: fleet_matrix.vllm_router.version = {_describe(version)}: a policy of the "
-                                f"vLLM project's router needs its release pinned; accepted: a version such as "
-                                f"'0.1.17' in the router hosts' matrix")
+        problems += [f"host {host}: {p}" for p in _matrix_problems(host_vars, entries)]
         names: set[str] = set()
         for i, entry in enumerate(entries):
             where = f"host {host}: router_models[{i}]"

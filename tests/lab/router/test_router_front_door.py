@@ -1,0 +1,208 @@
+"""The front door on the router lab (after test_router.py, before the rollouts): a key per team
+at the endpoint, the vLLM project's router (vllm-router from the lab's pip index, policy
+cache_aware) holding the model's pool behind HAProxy, and the chat page (nginx) in a real
+browser (Debian's chromium). At the end the router goes back to HAProxy's own policy, no team
+keys and no page, as the rollout tests expect."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from tests.lab.conftest import answer_text
+from tests.lab.router.conftest import (
+    LAB,
+    MODEL,
+    ROUTER,
+    UNIT,
+    WORK,
+    answered,
+    delta,
+    host_vars,
+    playbook,
+    set_host_vars,
+)
+from tests.unit.test_chat_page import By, last_reply_state, text, wait
+
+TEAMS = [{"name": "team-a", "key": "team-a-0123456789abcdef"},
+         {"name": "team-b", "key": "team-b-0123456789abcdef", "requests_per_minute": 3}]
+ROUTER_VARS = ("router_models", "router_metrics_port", "router_page_port")
+
+
+def post(port: int, key: str | None, body: dict | None = None, timeout: float = 30) -> tuple[int, dict]:
+    body = body or {"model": MODEL, "messages": [{"role": "user", "content": "who are you"}], "max_tokens": 8}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def metrics(port: int, path: str = "/metrics") -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        return answer.read().decode()
+
+
+@pytest.fixture(scope="module")
+def front_door(routed):
+    """The router with team keys (given as a secrets file, -e @FILE) and a cache_aware pool."""
+    from vllm_fleet.lab.paths import lab_paths
+
+    lab_api, port = routed
+    paths = lab_paths(LAB)
+    ports = {"pool": paths.service_port(2, 1), "pool_metrics": paths.service_port(2, 2),
+             "metrics": paths.service_port(2, 3), "page": paths.service_port(2, 4)}
+    before = {name: host_vars(ROUTER).get(name) for name in ROUTER_VARS}
+    secrets = WORK / "router-secrets.yml"
+    secrets.write_text(yaml.safe_dump({"router_api_keys": TEAMS}))
+    set_host_vars(ROUTER, router_metrics_port=ports["metrics"], router_page_port=ports["page"], router_models=[
+        {"name": MODEL, "port": port, "policy": "cache_aware", "pool_port": ports["pool"],
+         "metrics_port": ports["pool_metrics"]}])
+    start = time.monotonic()
+    proc = playbook("-l", ROUTER, "-e", f"@{secrets}")
+    print(f"\nsite.yml -l {ROUTER} with a vllm-router pool and team keys: {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    for team in TEAMS:
+        assert team["key"] not in proc.stdout + proc.stderr
+    yield lab_api, port, ports, secrets
+    set_host_vars(ROUTER, **before)
+    proc = playbook("-l", ROUTER)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+
+
+def test_unknown_and_missing_keys_get_401(front_door):
+    _, port, _, _ = front_door
+    for key in (None, "not-a-team-key-0123456789"):
+        status, body = post(port, key)
+        assert status == 401 and "unknown API key" in body["error"]["message"], (status, body)
+
+
+def test_a_team_key_reaches_both_engines_through_the_pool(front_door):
+    lab_api, port, ports, _ = front_door
+    before = answered(lab_api)
+    for i in range(8):
+        # Different prompts: cache_aware spreads what shares no prefix by load.
+        status, body = post(port, TEAMS[0]["key"], {"model": MODEL, "max_tokens": 8,
+                                                    "messages": [{"role": "user", "content": f"{i} " * (i + 1)}]})
+        assert status == 200 and answer_text(body), body
+    spread = delta(before, answered(lab_api))
+    assert sum(spread.values()) == 8, spread
+    text = metrics(ports["pool_metrics"])
+    assert 'vllm_router_policy_decisions_total{policy="cache_aware"' in text
+    # The pool's unit runs sandboxed, under an account made for the run.
+    unit = f"vllm-fleet-router-model_{MODEL}"
+    show = lab_api.run(LAB, ROUTER, f"systemctl show -p DynamicUser -p ActiveState -p NoNewPrivileges {unit}")
+    assert "DynamicUser=yes" in show and "ActiveState=active" in show and "NoNewPrivileges=yes" in show
+
+
+def test_a_team_over_its_limit_gets_429_alone(front_door):
+    _, port, ports, _ = front_door
+    codes = [post(port, TEAMS[1]["key"])[0] for _ in range(5)]
+    assert codes[:3] == [200, 200, 200] and set(codes[3:]) == {429}, codes
+    assert post(port, TEAMS[0]["key"])[0] == 200  # the other team is not limited
+    teams = metrics(ports["metrics"], "/metrics/teams")
+    counts = {line.split('"')[1]: float(line.split()[-1]) for line in teams.splitlines()
+              if line.startswith("vllm_fleet_router_team_requests_total{")}
+    assert counts.get("team-b") == 5 and counts.get("team-a", 0) >= 9, teams
+    assert "haproxy_frontend_http_requests_total" in metrics(ports["metrics"])
+
+
+def test_a_stopped_engine_is_ejected_by_the_pool(front_door):
+    lab_api, port, _, _ = front_door
+    lab_api.run(LAB, "nvidia-01", f"systemctl stop {UNIT}")
+    try:
+        codes = [post(port, TEAMS[0]["key"], {"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "user", "content": f"q{i}"}]})[0] for i in range(6)]
+        assert codes == [200] * 6, codes
+    finally:
+        lab_api.run(LAB, "nvidia-01", f"systemctl start {UNIT}")
+
+
+def test_drain_and_ready_through_the_pool(front_door):
+    lab_api, port, ports, secrets = front_door
+    for _ in range(60):  # nvidia-01 is back (previous test)
+        if "active" == lab_api.run(LAB, "nvidia-01", f"systemctl is-active {UNIT} || true").strip():
+            break
+        time.sleep(1)
+    proc = playbook("-e", f"router_drain_model={MODEL}", "-e", "router_drain_node=nvidia-02", "-e", f"@{secrets}",
+                    playbook="playbooks/router-drain.yml")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    listed = json.loads(lab_api.run(LAB, ROUTER, f"curl -s http://127.0.0.1:{ports['pool']}/list_workers"))
+    assert len(listed["urls"]) == 1, listed
+    before = answered(lab_api)
+    for i in range(4):
+        assert post(port, TEAMS[0]["key"], {"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "user", "content": f"d{i}"}]})[0] == 200
+    assert delta(before, answered(lab_api))["nvidia-02"] == 0
+    proc = playbook("-e", f"router_drain_model={MODEL}", "-e", "router_drain_node=nvidia-02", "-e",
+                    "router_drain_state=ready", "-e", f"@{secrets}", playbook="playbooks/router-drain.yml")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    listed = json.loads(lab_api.run(LAB, ROUTER, f"curl -s http://127.0.0.1:{ports['pool']}/list_workers"))
+    assert len(listed["urls"]) == 2, listed
+
+
+def test_a_second_run_changes_nothing(front_door):
+    _, _, _, secrets = front_door
+    proc = playbook("-l", ROUTER, "-e", f"@{secrets}")
+    assert proc.returncode == 0 and "changed=0" in proc.stdout.split("PLAY RECAP")[-1], proc.stdout[-4000:]
+
+
+# ---- The chat page, in a real browser, through nginx, HAProxy (team keys) and the pool.
+
+def open_page(browser, port: int, key: str | None):
+    browser.get(f"http://127.0.0.1:{port}/")
+    browser.execute_script("localStorage.clear(); sessionStorage.clear();")
+    browser.get(f"http://127.0.0.1:{port}/")
+    wait(browser, lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+    if key:
+        browser.find_element(By.ID, "key").send_keys(key)
+        browser.find_element(By.ID, "key-save").click()
+
+
+def options(browser) -> list[str]:
+    return browser.execute_script("return [...document.querySelectorAll('#model option')].map(o => o.text)")
+
+
+def ask(browser, prompt: str) -> None:
+    browser.execute_script("arguments[0].value = arguments[1]", browser.find_element(By.ID, "prompt"), prompt)
+    browser.find_element(By.ID, "send").click()
+
+
+def test_the_page_lists_the_model_and_streams_an_answer(front_door, driver):
+    _, _, ports, _ = front_door
+    open_page(driver, ports["page"], TEAMS[0]["key"])
+    wait(driver, lambda d: any(o.startswith(MODEL) for o in options(d)), message="no model in the picker")
+    start = time.monotonic()
+    ask(driver, "who are you")
+    wait(driver, lambda d: last_reply_state(d) == "done", message="the answer never finished")
+    print(f"\nanswer through the page in {time.monotonic() - start:.2f} s")
+    reply = driver.execute_script(
+        "return [...document.querySelectorAll('#messages .msg-assistant .msg-body')].pop().textContent")
+    assert reply.strip()
+    stats = driver.execute_script(
+        "return [...document.querySelectorAll('#messages .msg-assistant .msg-meta')].pop().textContent")
+    assert re.search(r"\d", stats or ""), stats
+    # The history survives a reload.
+    driver.refresh()
+    wait(driver, lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+    wait(driver, lambda d: "who are you" in (text(d, "#messages") or ""), message="the history was lost")
+    # Nothing but the router's page origin was called.
+    origins = driver.execute_script(
+        "return [...new Set(performance.getEntriesByType('resource').map(e => new URL(e.name).origin))]")
+    assert set(origins) <= {f"http://127.0.0.1:{ports['page']}"}, origins
+
+
+def test_the_page_says_when_a_key_is_refused(front_door, driver):
+    _, _, ports, _ = front_door
+    open_page(driver, ports["page"], "not-a-team-key-0123456789")
+    wait(driver, lambda d: "401" in (text(d, "#error") or "") or "401" in (text(d, "#key-status") or ""),
+         message="no 401 message on the page")
