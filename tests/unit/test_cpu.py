@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import example_hosts, lab_host_vars
-from vllm_fleet import vendors
+from vllm_fleet import bench, vendors
 from vllm_fleet.lab import artifacts, cpu, inventory
 from vllm_fleet.lab.nodes import Node
 from vllm_fleet.lab.paths import LabPaths
@@ -174,6 +174,33 @@ def test_tiny_models_are_qwen2_checkpoints_built_the_same_every_time(tmp_path):
         tok_config = json.loads((d / "tokenizer_config.json").read_text())
         assert tok_config["eos_token"] == "<|im_end|>" and "<|im_start|>" in tok_config["chat_template"]
         assert config["eos_token_id"] == tokenizer["added_tokens"][2]["id"]
+        # The context: the model's and the tokenizer's agree.
+        assert config["max_position_embeddings"] == tok_config["model_max_length"] == builder.MODELS[repo]["context"]
+    chat, embed = (first[f"vllm-fleet-lab/tiny-qwen2-{kind}"] for kind in ("chat", "embed"))
+    assert json.loads((chat / "config.json").read_text())["max_position_embeddings"] == 4096
+    assert json.loads((embed / "config.json").read_text())["max_position_embeddings"] == 512
+    # The chat model's answer where a request sets no max_tokens (seed 000 sets none).
+    assert json.loads((chat / "generation_config.json").read_text())["max_new_tokens"] == 128
+    assert "max_new_tokens" not in json.loads((embed / "generation_config.json").read_text())
+
+
+def test_the_tiny_chat_model_holds_seed_000s_conversations():
+    """`vllm-fleet bench` on the lab's CPU node: every conversation of seed 000, its last turn
+    with every earlier answer in its history, fits the chat model's context. Bounded without the
+    tokenizer: byte-level BPE makes at most a token of every UTF-8 byte of the ChatML text, and an
+    answer token three when sent back (a lone byte decodes to U+FFFD, three bytes; the lab's engine
+    measured about 1.5)."""
+    builder = artifacts.fixture_module(cpu.TINY_BUILDER, "tinymodels_under_test")
+    spec = builder.MODELS["vllm-fleet-lab/tiny-qwen2-chat"]
+    longest = 0
+    for conv in bench.seed_conversations():
+        turns = [("system", conv["system_prompt"])] + [("user", q) for q in conv["user_questions"]]
+        text = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in turns)
+        answers = len(conv["user_questions"]) - 1
+        longest = max(longest, len((text + "<|im_start|>assistant\n").encode()) + answers * 3 * spec["max_new_tokens"]
+                      + spec["max_new_tokens"])
+    assert longest == 2375  # conversation 2
+    assert longest * 1.5 < spec["context"]
 
 
 def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
@@ -196,3 +223,7 @@ def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
     assert host_vars["fleet_accelerator"]["cores"] == facts["cpu"]["logical_cpus"]
     assert host_vars["fleet_accelerator"]["isa"] == facts["cpu"]["isa"]
     assert [m["kind"] for m in host_vars["fleet_models"]] == ["chat", "embedding"]
+    # Each model's context is its config's; the chat model caches prefixes (seed 000's turns).
+    chat, embed = (m["serve"] for m in host_vars["fleet_models"])
+    assert (chat["max_model_len"], chat["enable_prefix_caching"], embed["max_model_len"]) == (4096, True, 512)
+    assert "max_model_len" not in host_vars["fleet_serve_defaults"]
