@@ -320,6 +320,7 @@ def test_pool_command_line():
     assert argv[argv.index("--request-timeout-secs") + 1] == "600"
     assert argv[argv.index("--prometheus-port") + 1] == "9200" and "--api-key" not in argv
     assert "--worker-urls" not in argv  # from the unit's environment file
+    assert argv[argv.index("--cb-failure-threshold") + 1] == "1"
     with pytest.raises(ValueError):
         router.haproxy_seconds("2 s")
 

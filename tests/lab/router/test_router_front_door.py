@@ -44,7 +44,11 @@ def post(port: int, key: str | None, body: dict | None = None, timeout: float = 
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+        raw = err.read()
+        try:
+            return err.code, json.loads(raw or b"{}")
+        except ValueError:
+            return err.code, {"raw": raw.decode(errors="replace")}
 
 
 def metrics(port: int, path: str = "/metrics") -> str:
