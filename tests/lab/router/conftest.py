@@ -100,8 +100,8 @@ def chat(port: int, timeout: float = 30) -> dict:
 def answered(lab_api) -> dict[str, int]:
     """Chat completions each node's engine has logged so far (not the routes vLLM's router asks
     besides, /v1/chat/completions/render and /tokenize)."""
-    return {node: int(lab_api.run(LAB, node, f"journalctl -u {UNIT} -o cat | grep -c '\"POST /v1/chat/completions HTTP' "
-                                  "|| true").strip() or 0) for node in NODES}
+    count = f"journalctl -u {UNIT} -o cat | grep -c '\"POST /v1/chat/completions HTTP' || true"
+    return {node: int(lab_api.run(LAB, node, count).strip() or 0) for node in NODES}
 
 
 def server_status(lab_api) -> dict[str, str]:
