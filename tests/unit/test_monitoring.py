@@ -119,7 +119,13 @@ def _inventory(tmp_path: Path) -> Path:
         "fleet": {"children": {g: {"hosts": {h: hosts[h] for h in hs}} for g, hs in groups.items()}},
         "monitoring": {"hosts": {"mon-01": {
             "ansible_connection": "local", "ansible_python_interpreter": str(ROOT / ".venv/bin/python"),
-            "ansible_host": "192.0.2.6"}}}}}}
+            "ansible_host": "192.0.2.6"}}},
+        # A router with HAProxy's exporter, team keys and a vllm-router pool: three more jobs.
+        "router": {"hosts": {"router-01": {
+            "ansible_host": "192.0.2.5", "router_metrics_port": 8404,
+            "router_api_keys": [{"name": "search", "key": "s" * 24}],
+            "router_models": [{"name": "gpt-oss-20b", "port": 9000, "policy": "cache_aware", "pool_port": 9100,
+                               "metrics_port": 9200}]}}}}}}
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -177,7 +183,12 @@ def test_the_configuration_passes_promtool_with_its_keys_and_rules(rendered):
     assert check.returncode == 0, check.stdout + check.stderr
     targets = monitoring.model_targets({h: v for h, v in fleet().items() if h in ("nvidia-01", "metax-01", "cpu-01")})
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    assert len(jobs) == 2 + 2 * len(targets)
+    assert len(jobs) == 2 + 2 * len(targets) + 3
+    # The router's own metrics: HAProxy's exporter, the teams' counters, the pool's vllm-router.
+    assert jobs["haproxy__router_01"]["static_configs"][0]["targets"] == ["192.0.2.5:8404"]
+    assert jobs["router_teams__router_01"]["metrics_path"] == "/metrics/teams"
+    pool = jobs["vllm_router__router_01__gpt_oss_20b"]["static_configs"][0]
+    assert pool["targets"] == ["192.0.2.5:9200"] and pool["labels"]["model"] == "gpt-oss-20b"
     assert [s["targets"][0] for s in jobs["node"]["static_configs"]] == ["192.0.2.51:9100", "192.0.2.21:9100",
                                                                           "192.0.2.6:9100", "192.0.2.41:9100"]
     for target in targets:
