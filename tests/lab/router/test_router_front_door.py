@@ -210,3 +210,19 @@ def test_the_page_says_when_a_key_is_refused(front_door, driver):
     open_page(driver, ports["page"], "not-a-team-key-0123456789")
     wait(driver, lambda d: "401" in (text(d, "#error") or "") or "401" in (text(d, "#key-status") or ""),
          message="no 401 message on the page")
+
+
+def test_the_router_hosts_new_parts_are_running(front_door):
+    """The pool, HAProxy and the page server are active; their resident memory is printed (the
+    issue's figure: at most 300 MB at idle for the router's new parts)."""
+    lab_api, _, _, _ = front_door
+    units = [f"vllm-fleet-router-model_{MODEL}", "haproxy", "nginx"]
+    rss = {}
+    for unit in units:
+        assert lab_api.run(LAB, ROUTER, f"systemctl is-active {unit} || true").strip() == "active", unit
+        pids = lab_api.run(LAB, ROUTER, f"systemctl show -p MainPID --value {unit}; "
+                           f"cat /sys/fs/cgroup/system.slice/{unit}.service/cgroup.procs 2>/dev/null || true").split()
+        kib = lab_api.run(LAB, ROUTER, "ps -o rss= -p " + ",".join(sorted(set(pids) - {"0"})) + " || true").split()
+        rss[unit] = sum(int(k) for k in kib) / 1024
+    print("\nresident memory at idle (MiB): " + ", ".join(f"{u} {m:.1f}" for u, m in rss.items())
+          + f"; the vLLM router and nginx together {rss[units[0]] + rss['nginx']:.1f}")
