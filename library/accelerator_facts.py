@@ -264,6 +264,12 @@ ansible_facts:
               description: Device memory in use, in MiB.
               type: int
               sample: 3396
+            utilization_percent:
+              description: The tool's busy figure in whole percent (GPU-Util on MetaX, %GPU on
+                Moore Threads, utilization.gpu on NVIDIA, AICore(%) on Ascend); null when the
+                tool shows none (N/A, an error marker) and on CPU nodes.
+              type: int
+              sample: 0
             cpus:
               description: On CPU nodes, the logical CPUs of the NUMA node.
               type: list

@@ -15,10 +15,14 @@ unit-tested against recorded outputs without Ansible and without hardware:
 Every parser returns the same shape::
 
     {"tool_version": str|None, "driver_version": str|None,
-     "devices": [{"index", "name", "health", "bus_id", "memory_total_mb", "memory_used_mb"}]}
+     "devices": [{"index", "name", "health", "bus_id", "memory_total_mb", "memory_used_mb",
+                  "utilization_percent"}]}
 
 Device ``health`` is normalised to ``OK``, ``Warning``, ``Critical`` or ``unknown``, and
 ``bus_id`` to the sysfs spelling (``0000:c1:00.0``) so it can be matched to PCI functions.
+``utilization_percent`` is the tool's busy figure as a whole percentage (GPU-Util, %GPU,
+``utilization.gpu``; AICore(%) on Ascend), ``None`` where the tool shows none (``N/A``, an
+error marker); memory figures are MiB, ``None`` when unreadable.
 """
 
 from __future__ import annotations
@@ -162,6 +166,12 @@ def _int_or_none(text):
     return int(match.group(1)) if match else None
 
 
+def _percent(text):
+    """``'37%'``, ``'37 %'``, ``' 37 '`` or ``'36.6'`` -> 37; ``None`` for ``N/A``, an error marker or nothing."""
+    match = re.match(r'^\s*(\d+(?:\.\d+)?)\s*%?\s*$', text or '')
+    return int(round(float(match.group(1)))) if match else None
+
+
 # ---------------------------------------------------------------------------
 # PCI and device nodes
 # ---------------------------------------------------------------------------
@@ -303,7 +313,7 @@ def _result(tool_version=None, driver_version=None, devices=None, **extra):
     return result
 
 
-def _device(index, name, health, bus_id, total, used):
+def _device(index, name, health, bus_id, total, used, utilization=None):
     return {
         'index': index,
         'name': name,
@@ -311,6 +321,7 @@ def _device(index, name, health, bus_id, total, used):
         'bus_id': normalize_bus_id(bus_id),
         'memory_total_mb': total,
         'memory_used_mb': used,
+        'utilization_percent': utilization,
     }
 
 
@@ -334,9 +345,11 @@ def parse_npu_smi_info(text):
         | 0     910B3               | OK            | 94.7        54    0    / 0 |
         | 0                         | 0000:C1:00.0  | 0     0    / 0    3396 / 65536 |
 
-    The first row of a block holds the NPU id, name and health, the second the bus id
-    and memory. Blocks are read by position because the second row of multi-chip boards
-    (``| 0     0  | 0000:9D:00.0 |``) has two tokens in its first cell, like a first row.
+    The first row of a block holds the NPU id, name and health, the second the bus id,
+    the AICore utilisation (the first figure of its third cell, unless that figure is the
+    first half of a ``used / total`` pair) and memory. Blocks are read by position because
+    the second row of multi-chip boards (``| 0     0  | 0000:9D:00.0 |``) has two tokens in
+    its first cell, like a first row.
     Memory is the HBM column, or the DDR column on boards without HBM. Reading stops at
     the process table.
     """
@@ -360,8 +373,11 @@ def parse_npu_smi_info(text):
         if pairs:
             # [Memory-Usage(MB), HBM-Usage(MB)]: prefer HBM when the board has it.
             used, total = pairs[-1] if pairs[-1][1] > 0 else pairs[0]
+        # AICore(%) leads the cell: '0           0    / 0          3396 / 65536'.
+        figures = second[2].split()
+        aicore = _percent(figures[0]) if len(figures) > 1 and figures[1] != '/' else None
         devices.append(_device(int(tokens[0]), ' '.join(tokens[1:]) or None, health,
-                               second[1].strip(), total, used))
+                               second[1].strip(), total, used, aicore))
 
     for line in text.splitlines():
         header = re.match(r'^\|\s*npu-smi\s+(\S+)\s+Version:\s*(\S+)', line)
@@ -416,7 +432,8 @@ def parse_mx_smi(text):
 
     ``GPU-State`` (the last cell of the second row, mx-smi 2.2 and later) reads
     ``Available`` for a usable GPU; any other state is reported as ``Critical``. Older
-    mx-smi has no state column; a GPU it lists is then taken as ``OK``.
+    mx-smi has no state column; a GPU it lists is then taken as ``OK``. ``GPU-Util`` is
+    the last cell of the first row.
     """
     # 'mx-smi  version: X' opens the output; some copies start at the log banner, so
     # fall back to the 'MX-SMI X' cell of the table header.
@@ -443,7 +460,8 @@ def parse_mx_smi(text):
             'OK' if state in ('', 'Available') else 'Critical',
             rows[0][1].strip(),
             int(memory.group(2)) if memory else None,
-            int(memory.group(1)) if memory else None))
+            int(memory.group(1)) if memory else None,
+            _percent(rows[0][2]) if len(rows[0]) > 2 else None))
 
     for line in text.splitlines():
         if 'Process:' in line:
@@ -481,7 +499,8 @@ def parse_mthreads_gmi(text):
              Physical      N/A    |16x(16x)            |44C   YES
 
     The table has no health column: a GPU listed with a readable memory figure is
-    ``OK``; one whose memory reads otherwise (``N/A``, an error) is ``Critical``.
+    ``OK``; one whose memory reads otherwise (``N/A``, an error) is ``Critical``. ``%GPU``
+    is the utilisation.
     Reading stops at the ``Processes:`` table.
     """
     header = re.search(r'mthreads-gmi:\s*(\S+)\s+Driver Version:\s*(\S+)', text)
@@ -492,11 +511,12 @@ def parse_mthreads_gmi(text):
         match = _GMI_DEVICE.match(line)
         if not match:
             continue
-        index, name, bus_id, _util, memory = match.groups()
+        index, name, bus_id, util, memory = match.groups()
         mem = re.match(r'^(\d+)MiB\((\d+)MiB\)$', memory)
         devices.append(_device(int(index), name, 'OK' if mem else 'Critical', bus_id,
                                int(mem.group(2)) if mem else None,
-                               int(mem.group(1)) if mem else None))
+                               int(mem.group(1)) if mem else None,
+                               _percent(util)))
     return _result(header.group(1) if header else None,
                    header.group(2) if header else None, devices)
 
@@ -505,7 +525,7 @@ def parse_mthreads_gmi(text):
 # NVIDIA: nvidia-smi --query-gpu
 # ---------------------------------------------------------------------------
 NVIDIA_QUERY_FIELDS = ('index', 'name', 'uuid', 'pci.bus_id', 'driver_version',
-                       'memory.total', 'memory.used', 'temperature.gpu')
+                       'memory.total', 'memory.used', 'temperature.gpu', 'utilization.gpu')
 """The fields :func:`parse_nvidia_smi_csv` expects, in this order."""
 
 NVIDIA_QUERY_ARGS = ['--query-gpu=' + ','.join(NVIDIA_QUERY_FIELDS),
@@ -520,9 +540,10 @@ def parse_nvidia_smi_csv(text):
     """Parse ``nvidia-smi`` with :data:`NVIDIA_QUERY_ARGS`.
 
     One line per GPU: ``0, NVIDIA A100-SXM4-80GB, GPU-…, 00000000:07:00.0, 535.161.08,
-    81920, 4, 31``. A header line (``--format=csv`` without ``noheader``) is skipped and
+    81920, 4, 31, 0``. A header line (``--format=csv`` without ``noheader``) is skipped and
     unit suffixes (without ``nounits``) are ignored. A GPU showing one of nvidia-smi's
-    error markers in any field is ``Critical``; otherwise it is ``OK``.
+    error markers in any field is ``Critical``; otherwise it is ``OK``. ``utilization.gpu``
+    reads ``[N/A]`` where the board does not report it (MIG mode): ``None``.
     """
     devices = []
     driver_version = None
@@ -538,7 +559,8 @@ def parse_nvidia_smi_csv(text):
         devices.append(_device(int(fields['index']), fields['name'],
                                'Critical' if broken else 'OK', fields['pci.bus_id'],
                                _int_or_none(fields['memory.total']),
-                               _int_or_none(fields['memory.used'])))
+                               _int_or_none(fields['memory.used']),
+                               _percent(fields['utilization.gpu'])))
     return _result(None, driver_version, devices)
 
 
@@ -626,11 +648,11 @@ def read_cpu(proc_path='/proc', node_path='/sys/devices/system/node', machine=No
         devices.append({'index': int(name[4:]), 'name': 'NUMA %s' % name, 'health': 'OK', 'bus_id': None,
                         'cpus': parse_cpulist(_read(os.path.join(base, 'cpulist'))),
                         'memory_total_mb': parse_meminfo_mb(_read(os.path.join(base, 'meminfo'))),
-                        'memory_used_mb': None})
+                        'memory_used_mb': None, 'utilization_percent': None})
     if not devices:
         devices = [{'index': 0, 'name': 'NUMA node0', 'health': 'OK', 'bus_id': None,
                     'cpus': list(range(cpuinfo['logical_cpus'])), 'memory_total_mb': memory_mb,
-                    'memory_used_mb': None}]
+                    'memory_used_mb': None, 'utilization_percent': None}]
     available = cpuinfo['logical_cpus'] > 0
     return {
         'vendor': 'cpu', 'vendor_id': None, 'family': None,

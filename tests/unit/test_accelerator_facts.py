@@ -43,7 +43,7 @@ FACT_KEYS = {
     'device_node_count', 'missing_device_nodes', 'smi', 'driver_version', 'firmware_version',
     'devices', 'health',
 }
-DEVICE_KEYS = {'index', 'name', 'health', 'bus_id', 'memory_total_mb', 'memory_used_mb'}
+DEVICE_KEYS = {'index', 'name', 'health', 'bus_id', 'memory_total_mb', 'memory_used_mb', 'utilization_percent'}
 
 # Versions the simulated driver installers "install" in these tests.
 DRIVER_VERSIONS = {'ascend': '24.1.0.3', 'metax': '2.14.8', 'musa': '3.0.0',
@@ -181,7 +181,39 @@ class TestNpuSmi:
             '0000:81:00.0', '0000:41:00.0', '0000:82:00.0', '0000:42:00.0']
         assert {d['memory_total_mb'] for d in devices} == {65536}
         assert [d['memory_used_mb'] for d in devices] == [3396, 3394, 3201, 3201, 3381, 3200, 3201, 3200]
+        # AICore(%) leads the chip row; this host was idle.
+        assert [d['utilization_percent'] for d in devices] == [0] * 8
         assert accel.overall_health(devices) == 'OK'
+
+    def test_aicore_utilisation(self):
+        # The recorded hosts are idle: give NPUs 0 and 3 some load in the AICore(%) column.
+        text = fixture('npu-smi-info-910b3-x8.txt')
+        for bus, load in (('0000:C1:00.0', '87'), ('0000:02:00.0', '100')):
+            row = '| %s  | 0           0    / 0' % bus
+            assert text.count(row) == 1
+            text = text.replace(row, '| %s  | %s0    / 0' % (bus, load.ljust(12)))
+        devices = accel.parse_npu_smi_info(text)['devices']
+        assert [d['utilization_percent'] for d in devices] == [87, 0, 0, 100, 0, 0, 0, 0]
+        # Memory still read from the HBM pair, not from the AICore figure.
+        assert [d['memory_used_mb'] for d in devices][:4] == [3396, 3394, 3201, 3201]
+
+    @pytest.mark.parametrize('cell, expected', [
+        ('0           0    / 0          3396 / 65536', 0),
+        ('NA          0    / 0          3396 / 65536', None),
+        # No AICore figure at all: the first number is half of a memory pair, not a load.
+        ('0    / 0          3396 / 65536', None),
+        # 310P layout: AICore, then only Memory-Usage(MB).
+        ('12           1392 / 21527', 12),
+    ])
+    def test_aicore_cell(self, cell, expected):
+        text = ('| npu-smi 23.0.0                   Version: 23.0.0                   |\n'
+                '+===========================+===============+=====================+\n'
+                '| 8     310P3               | OK            | NA          47      |\n'
+                '| 0     0                   | 0000:01:00.0  | %s |\n'
+                '+===========================+===============+=====================+\n' % cell)
+        (device,) = accel.parse_npu_smi_info(text)['devices']
+        assert device['utilization_percent'] == expected
+        assert device['memory_total_mb'] in (65536, 21527)
 
     def test_910b4_x8(self):
         result = accel.parse_npu_smi_info(fixture('npu-smi-info-910b4-x8.txt'))
@@ -191,21 +223,21 @@ class TestNpuSmi:
         assert {d['memory_total_mb'] for d in result['devices']} == {32768}
         assert result['devices'][6] == {
             'index': 6, 'name': '910B4', 'health': 'OK', 'bus_id': '0000:82:00.0',
-            'memory_total_mb': 32768, 'memory_used_mb': 2655}
+            'memory_total_mb': 32768, 'memory_used_mb': 2655, 'utilization_percent': 0}
 
     def test_wide_layout_of_npu_smi_26(self):
         result = accel.parse_npu_smi_info(fixture('npu-smi-info-910b4-x1-wide.txt'))
         assert result['driver_version'] == '26.0.rc1'
         assert result['devices'] == [{
             'index': 0, 'name': '910B4', 'health': 'OK', 'bus_id': '0000:c1:00.0',
-            'memory_total_mb': 32768, 'memory_used_mb': 2871}]
+            'memory_total_mb': 32768, 'memory_used_mb': 2871, 'utilization_percent': 0}]
 
     def test_warning_health(self):
         result = accel.parse_npu_smi_info(fixture('npu-smi-info-910a-warning.txt'))
         assert result['driver_version'] == '23.0.rc3'
         assert result['devices'] == [{
             'index': 1, 'name': '910A', 'health': 'Warning', 'bus_id': '0000:81:00.0',
-            'memory_total_mb': 32768, 'memory_used_mb': 1}]
+            'memory_total_mb': 32768, 'memory_used_mb': 1, 'utilization_percent': 0}]
         assert accel.overall_health(result['devices']) == 'Warning'
 
     @pytest.mark.parametrize('word, expected', [('Alarm', 'Critical'), ('Critical', 'Critical'),
@@ -256,6 +288,8 @@ class TestMxSmi:
             '0000:35:00.0', '0000:36:00.0', '0000:37:00.0', '0000:38:00.0']
         assert [d['memory_used_mb'] for d in devices] == [5680] + [4986] * 7
         assert {d['memory_total_mb'] for d in devices} == {65536}
+        # GPU-Util, the last cell of each GPU's first row.
+        assert [d['utilization_percent'] for d in devices] == [0, 0, 0, 1, 0, 1, 0, 0]
         # mx-smi 2.1 has no GPU-State column: a listed GPU is OK.
         assert accel.overall_health(devices) == 'OK'
 
@@ -265,7 +299,13 @@ class TestMxSmi:
         assert result['driver_version'] == '2.14.8'
         assert result['devices'] == [{
             'index': 0, 'name': 'MetaX C500', 'health': 'OK', 'bus_id': '0000:01:00.0',
-            'memory_total_mb': 65536, 'memory_used_mb': 858}]
+            'memory_total_mb': 65536, 'memory_used_mb': 858, 'utilization_percent': 0}]
+
+    @pytest.mark.parametrize('util, expected', [('93%', 93), ('100%', 100), ('N/A', None)])
+    def test_gpu_util(self, util, expected):
+        text = fixture('mx-smi-c500-x1-gpu-state.txt').replace('| 0%                   |',
+                                                                '| %s |' % util.ljust(20))
+        assert accel.parse_mx_smi(text)['devices'][0]['utilization_percent'] == expected
 
     def test_unavailable_gpu_is_critical(self):
         text = fixture('mx-smi-c500-x1-gpu-state.txt').replace('| Available    ', '| Not Available')
@@ -286,14 +326,22 @@ class TestMthreadsGmi:
             '0000:18:00.0', '0000:3a:00.0', '0000:4b:00.0', '0000:5c:00.0',
             '0000:9a:00.0', '0000:ba:00.0', '0000:ca:00.0', '0000:da:00.0']
         assert {(d['memory_used_mb'], d['memory_total_mb']) for d in devices} == {(0, 81920)}
+        assert [d['utilization_percent'] for d in devices] == [0] * 8
         assert accel.overall_health(devices) == 'OK'
+
+    def test_gpu_utilisation(self):
+        text = fixture('mthreads-gmi-s5000-x8.txt').replace(
+            '|00000000:3a:00.0    |0%    0MiB', '|00000000:3a:00.0    |64%   50132MiB')
+        devices = accel.parse_mthreads_gmi(text)['devices']
+        assert [d['utilization_percent'] for d in devices] == [0, 64, 0, 0, 0, 0, 0, 0]
+        assert devices[1]['memory_used_mb'] == 50132
 
     def test_older_layout(self):
         result = accel.parse_mthreads_gmi(fixture('mthreads-gmi-s80-x1.txt'))
         assert (result['tool_version'], result['driver_version']) == ('1.14.0', '2.7.0')
         assert result['devices'] == [{
             'index': 0, 'name': 'MTT S80', 'health': 'OK', 'bus_id': '0000:04:00.0',
-            'memory_total_mb': 16384, 'memory_used_mb': 2}]
+            'memory_total_mb': 16384, 'memory_used_mb': 2, 'utilization_percent': 0}]
 
 
 class TestNvidiaSmi:
@@ -307,7 +355,16 @@ class TestNvidiaSmi:
             '0000:07:00.0', '0000:0f:00.0', '0000:47:00.0', '0000:4e:00.0',
             '0000:87:00.0', '0000:90:00.0', '0000:b7:00.0', '0000:bd:00.0']
         assert {(d['memory_used_mb'], d['memory_total_mb']) for d in devices} == {(4, 81920)}
+        assert [d['utilization_percent'] for d in devices] == [0] * 8
         assert accel.overall_health(devices) == 'OK'
+
+    def test_utilization_is_queried(self):
+        assert accel.NVIDIA_QUERY_FIELDS[-1] == 'utilization.gpu'
+        assert accel.NVIDIA_QUERY_ARGS[0].endswith(',temperature.gpu,utilization.gpu')
+        busy = fixture('nvidia-smi-query-a100-x8.csv').replace('81920, 4, 32, 0', '81920, 70113, 32, 87')
+        devices = accel.parse_nvidia_smi_csv(busy)['devices']
+        assert [d['utilization_percent'] for d in devices] == [0, 0, 0, 87, 0, 0, 0, 0]
+        assert devices[3]['memory_used_mb'] == 70113
 
     def test_header_and_units(self):
         result = accel.parse_nvidia_smi_csv(fixture('nvidia-smi-query-a100-x2-header-units.csv'))
@@ -315,11 +372,18 @@ class TestNvidiaSmi:
         assert [(d['index'], d['bus_id'], d['memory_used_mb'], d['memory_total_mb'])
                 for d in result['devices']] == [(0, '0000:01:00.0', 87, 81920),
                                                 (1, '0000:41:00.0', 87, 81920)]
+        # GPUs in MIG mode report no utilisation ([N/A]): unknown, and still healthy.
+        assert [(d['utilization_percent'], d['health']) for d in result['devices']] == [(None, 'OK')] * 2
+
+    def test_utilization_with_units(self):
+        text = fixture('nvidia-smi-query-a100-x2-header-units.csv').replace('87 MiB, 26, [N/A]', '87 MiB, 26, 45 %', 1)
+        assert [d['utilization_percent'] for d in accel.parse_nvidia_smi_csv(text)['devices']] == [45, None]
 
     def test_error_markers_are_critical(self):
         devices = accel.parse_nvidia_smi_csv(fixture('nvidia-smi-query-unknown-error.csv'))['devices']
         assert [d['health'] for d in devices] == ['OK', 'Critical']
         assert devices[1]['memory_used_mb'] is None
+        assert [d['utilization_percent'] for d in devices] == [0, None]
         assert accel.overall_health(devices) == 'Critical'
 
     @pytest.mark.parametrize('name', ['nvidia-smi-no-driver.txt', 'nvidia-smi-version-mismatch.txt'])
@@ -464,7 +528,19 @@ class TestSimulators:
         assert [d['bus_id'] for d in devices] == node.profile['bus_ids']
         assert {d['memory_total_mb'] for d in devices} == {node.profile['memory_mb']}
         assert {d['memory_used_mb'] for d in devices} == {node.profile['memory_used_mb']}
+        # The lab's accelerators idle unless the profile says otherwise.
+        assert {d['utilization_percent'] for d in devices} == {0}
         assert accel.overall_health(devices) == 'OK'
+
+    @pytest.mark.parametrize('vendor', VENDOR_NAMES)
+    @pytest.mark.parametrize('load', [37, 100])
+    def test_profile_utilisation_parses(self, tmp_path, vendor, load):
+        node = Node(tmp_path, vendor)
+        node.profile.update(utilization_percent=load, memory_used_mb=41000)
+        (node.root / 'etc' / 'vllm-fleet-lab' / 'hardware.json').write_text(json.dumps(node.profile))
+        devices = simulated_listing(node)['devices']
+        assert [(d['utilization_percent'], d['memory_used_mb'], d['memory_total_mb']) for d in devices] == [
+            (load, 41000, node.profile['memory_mb'])] * 8
 
     @pytest.mark.parametrize('vendor', VENDOR_NAMES)
     def test_devices_follow_device_nodes(self, tmp_path, vendor):
@@ -485,6 +561,9 @@ class TestSimulators:
         assert [d['index'] for d in devices if d['health'] != 'OK'] == [2]
         assert devices[2]['health'] == 'Critical'
         assert len(devices) == 8
+        if vendor == 'nvidia':
+            # The query shows [Unknown Error] for the sick GPU's utilisation: unknown, not 0.
+            assert [d['utilization_percent'] for d in devices] == [0, 0, None, 0, 0, 0, 0, 0]
 
     @pytest.mark.parametrize('vendor, rc, text', [
         ('ascend', 1, 'dcmi module initialize failed. ret is -8005'),
@@ -663,7 +742,7 @@ class TestModule:
         assert len(facts['devices']) == 8
         assert facts['devices'][0] == {'index': 0, 'name': '910B3', 'health': 'OK',
                                        'bus_id': '0000:c1:00.0', 'memory_total_mb': 65536,
-                                       'memory_used_mb': 3396}
+                                       'memory_used_mb': 3396, 'utilization_percent': 0}
         assert facts['health'] == 'OK'
 
     def test_ascend_without_driver(self, tmp_path, capsys, monkeypatch):
@@ -905,6 +984,9 @@ class TestCpu:
         assert facts['model'] == os.uname().machine
         assert [(d['index'], d['cpus'], d['memory_total_mb']) for d in facts['devices']] == [
             (0, [0, 1], 4096), (1, [2, 3], 4096)]
+        # The device shape of the GPU vendors, with nothing to say about load or memory in use.
+        assert all(set(d) == DEVICE_KEYS | {'cpus'} for d in facts['devices'])
+        assert {(d['utilization_percent'], d['memory_used_mb']) for d in facts['devices']} == {(None, None)}
         assert facts['cpu'] == {'model_name': 'Intel(R) Xeon(R) Platinum 8480+', 'logical_cpus': 4,
                                 'isa': ['avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_int8', 'amx_tile'],
                                 'memory_mb': 8192}

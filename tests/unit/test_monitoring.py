@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -282,19 +283,22 @@ def test_the_alerts_fire_when_they_should_and_only_then(rendered):
 
 # ---------------------------------------------------------------- the device health collector
 
-def _collector(tmp_path: Path, vendor: str, fixture: str, rc: int = 0, healthy: str = "OK", expected: int = 8):
-    """Run the role's collector with a stand-in SMI tool that prints a recorded output."""
+def _collector(tmp_path: Path, vendor: str, fixture: str | None, rc: int = 0, healthy: str = "OK", expected: int = 8,
+               tool: Path | None = None, env: dict | None = None):
+    """Run the role's collector with a stand-in SMI tool that prints a recorded output (or with `tool`)."""
     lib = tmp_path / "bin"
     lib.mkdir(exist_ok=True)
     shutil.copy(ROLE / "files" / "vllm-fleet-device-health", lib / "vllm-fleet-device-health")
     shutil.copy(ROOT / "module_utils" / "vllm_fleet_accel.py", lib / "vllm_fleet_accel.py")
-    tool = tmp_path / "smi"
-    tool.write_text(f"#!/bin/sh\ncat {SMI / fixture}\nexit {rc}\n")
-    tool.chmod(0o755)
+    if tool is None:
+        tool = tmp_path / "smi"
+        tool.write_text(f"#!/bin/sh\ncat {SMI / fixture}\nexit {rc}\n")
+        tool.chmod(0o755)
     out = tmp_path / "health.prom"
     proc = subprocess.run([sys.executable, str(lib / "vllm-fleet-device-health"), "--vendor", vendor,
                            "--healthy", healthy, "--expected", str(expected), "--smi-path", str(tool),
-                           "--output", str(out)], capture_output=True, text=True, timeout=60)
+                           "--output", str(out)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -340,6 +344,98 @@ def test_the_collector_reads_nvidia_with_the_facts_modules_parser(tmp_path):
     assert samples['vllm_fleet_devices{vendor="nvidia"}'] == 2
     assert samples['vllm_fleet_devices_expected{vendor="nvidia"}'] == 2
     assert len([k for k in samples if k.startswith("vllm_fleet_device_healthy")]) == 2
+
+
+ACCELERATOR_SERIES = ("vllm_fleet_accelerator_utilization_percent", "vllm_fleet_accelerator_memory_used_bytes",
+                      "vllm_fleet_accelerator_memory_total_bytes")
+MIB = 1048576
+
+
+def _accelerators(path: Path) -> dict[str, dict[str, float]]:
+    """series -> {index: value} of the collector's vllm_fleet_accelerator_* samples."""
+    got: dict[str, dict[str, float]] = {name: {} for name in ACCELERATOR_SERIES}
+    for key, value in _samples(path).items():
+        match = re.fullmatch(r'(vllm_fleet_accelerator_\w+)\{vendor="(\w+)",index="(\d+)"\}', key)
+        if key.startswith("vllm_fleet_accelerator_"):
+            assert match and match.group(1) in got, key
+            got[match.group(1)][match.group(3)] = value
+    return got
+
+
+def test_the_collector_publishes_each_accelerators_load_and_memory(tmp_path):
+    # A recorded mx-smi listing whose GPUs 3 and 5 read 1% and GPU 0 holds more memory than the rest.
+    out, _ = _collector(tmp_path, "metax", "mx-smi-c500-x8.txt", expected=8)
+    text = out.read_text()
+    for name in ACCELERATOR_SERIES:
+        assert f"# TYPE {name} gauge\n" in text and f"# HELP {name} " in text
+    got = _accelerators(out)
+    indices = [str(i) for i in range(8)]
+    util = [0, 0, 0, 1, 0, 1, 0, 0]
+    used = [5680 * MIB] + [4986 * MIB] * 7
+    assert got["vllm_fleet_accelerator_utilization_percent"] == dict(zip(indices, util, strict=True))
+    assert got["vllm_fleet_accelerator_memory_used_bytes"] == dict(zip(indices, used, strict=True))
+    assert got["vllm_fleet_accelerator_memory_total_bytes"] == dict.fromkeys(indices, 65536 * MIB)
+    # Whole bytes, as integers: 65536 MiB is 68719476736 bytes.
+    assert 'vllm_fleet_accelerator_memory_total_bytes{vendor="metax",index="0"} 68719476736\n' in text
+    check = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_an_unknown_reading_is_left_out_not_published_as_zero(tmp_path):
+    # GPU 1 shows [Unknown Error] for its memory in use and its utilisation; its total is still known.
+    out, _ = _collector(tmp_path, "nvidia", "nvidia-smi-query-unknown-error.csv", expected=2)
+    got = _accelerators(out)
+    assert got["vllm_fleet_accelerator_utilization_percent"] == {"0": 0}
+    assert got["vllm_fleet_accelerator_memory_used_bytes"] == {"0": 4 * MIB}
+    assert got["vllm_fleet_accelerator_memory_total_bytes"] == {"0": 81920 * MIB, "1": 81920 * MIB}
+    # GPUs in MIG mode report no utilisation at all: the series has its HELP and TYPE and no sample.
+    out, _ = _collector(tmp_path, "nvidia", "nvidia-smi-query-a100-x2-header-units.csv", expected=2)
+    got = _accelerators(out)
+    assert got["vllm_fleet_accelerator_utilization_percent"] == {}
+    assert got["vllm_fleet_accelerator_memory_used_bytes"] == {"0": 87 * MIB, "1": 87 * MIB}
+    assert "# TYPE vllm_fleet_accelerator_utilization_percent gauge" in out.read_text()
+    check = subprocess.run([promtool(), "check", "metrics"], input=out.read_text(), capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_failing_smi_tool_publishes_no_accelerator_readings(tmp_path):
+    out, _ = _collector(tmp_path, "nvidia", "nvidia-smi-no-driver.txt", rc=9)
+    assert _accelerators(out) == {name: {} for name in ACCELERATOR_SERIES}
+
+
+@pytest.mark.parametrize("vendor", ["ascend", "metax", "musa", "nvidia"])
+def test_the_collector_reads_the_labs_simulated_tools(tmp_path, vendor):
+    """The lab's stand-in SMI tool (lab/fixtures/hardware/bin) on a simulated node, run as the timer runs it."""
+    hardware = ROOT / "lab" / "fixtures" / "hardware"
+    profile = json.loads((hardware / "profiles" / f"{vendor}.json").read_text())
+    profile.update(utilization_percent=42, memory_used_mb=20480)
+    root = tmp_path / "root"
+    (root / "etc" / "vllm-fleet-lab").mkdir(parents=True)
+    (root / "etc" / "vllm-fleet-lab" / "hardware.json").write_text(json.dumps(profile))
+    for index in range(3):
+        node = root / "dev" / profile["device_nodes"]["per_device"].format(index=index, render_minor=128 + index)
+        node.parent.mkdir(parents=True, exist_ok=True)
+        node.write_text("")
+    version = root / profile["driver"]["version_file"].lstrip("/")
+    version.parent.mkdir(parents=True, exist_ok=True)
+    version.write_text("Version=1.2.3\n")
+    out, _ = _collector(tmp_path, vendor, None, expected=3, tool=hardware / "bin" / profile["smi"]["tool"],
+                        env={"VLLM_FLEET_LAB_ROOT": str(root)})
+    assert _samples(out)[f'vllm_fleet_devices{{vendor="{vendor}"}}'] == 3
+    got = _accelerators(out)
+    assert got["vllm_fleet_accelerator_utilization_percent"] == {"0": 42, "1": 42, "2": 42}
+    assert got["vllm_fleet_accelerator_memory_used_bytes"] == dict.fromkeys("012", 20480 * MIB)
+    assert got["vllm_fleet_accelerator_memory_total_bytes"] == dict.fromkeys("012", profile["memory_mb"] * MIB)
+
+
+def test_the_series_are_the_ones_the_chat_page_reads():
+    """chat.js's fleet panel takes vllm_fleet_accelerator_* by name and keys them by the `index` label."""
+    chat = (ROOT / "roles" / "router" / "files" / "chat" / "chat.js").read_text()
+    assert set(re.findall(r"take\('(vllm_fleet_accelerator_\w+)'", chat)) == set(ACCELERATOR_SERIES)
+    assert "s.labels.index" in chat  # the only label it reads: `vendor` beside it is ignored
+    collector = (ROLE / "files" / "vllm-fleet-device-health").read_text()
+    for name in ACCELERATOR_SERIES:
+        assert f"'{name}'" in collector
 
 
 def test_cpu_nodes_publish_nothing(tmp_path):
