@@ -220,9 +220,24 @@ def test_the_router_hosts_new_parts_are_running(front_door):
     rss = {}
     for unit in units:
         assert lab_api.run(LAB, ROUTER, f"systemctl is-active {unit} || true").strip() == "active", unit
-        pids = lab_api.run(LAB, ROUTER, f"systemctl show -p MainPID --value {unit}; "
-                           f"cat /sys/fs/cgroup/system.slice/{unit}.service/cgroup.procs 2>/dev/null || true").split()
-        kib = lab_api.run(LAB, ROUTER, "ps -o rss= -p " + ",".join(sorted(set(pids) - {"0"})) + " || true").split()
+        main = lab_api.run(LAB, ROUTER, f"systemctl show -p MainPID --value {unit}").strip()
+        pids = [main, *lab_api.run(LAB, ROUTER, f"pgrep -P {main} || true").split()]
+        kib = lab_api.run(LAB, ROUTER, "ps -o rss= -p " + ",".join(pids)).split()
         rss[unit] = sum(int(k) for k in kib) / 1024
     print("\nresident memory at idle (MiB): " + ", ".join(f"{u} {m:.1f}" for u, m in rss.items())
           + f"; the vLLM router and nginx together {rss[units[0]] + rss['nginx']:.1f}")
+
+
+def test_the_pool_and_page_are_retired_with_their_entries(front_door):
+    """Back to HAProxy's own policy and no page (what the fixture's end does for the rollout
+    tests): the pool's unit and the page's site are gone, requests still answered."""
+    lab_api, port, ports, secrets = front_door
+    entry = {"name": MODEL, "port": port}
+    set_host_vars(ROUTER, router_models=[entry], router_page_port=None)
+    proc = playbook("-l", ROUTER, "-e", f"@{secrets}")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    unit = f"vllm-fleet-router-model_{MODEL}"
+    assert lab_api.run(LAB, ROUTER, f"systemctl is-active {unit} || true").strip() in ("inactive", "unknown")
+    assert lab_api.run(LAB, ROUTER, f"ls /etc/systemd/system/{unit}.service "
+                       "/etc/nginx/sites-enabled/vllm-fleet-chat.conf 2>/dev/null || true").strip() == ""
+    assert post(port, TEAMS[0]["key"])[0] == 200
