@@ -137,6 +137,10 @@ def pool_argv(backend: dict, executable: str, check_interval: Any, check_fall: i
             # dead one again until its health check fails (measured in the router lab: with the
             # default threshold, requests to a just-stopped engine failed).
             "--cb-failure-threshold", "1",
+            # ... and closes again (half-open, then a trial request) as soon as HAProxy would put a
+            # server back (its interval times its rise), not after the router's default minute:
+            # an engine restarted in a rollout takes requests again once it answers.
+            "--cb-timeout-duration-secs", str(haproxy_seconds(check_interval) * max(1, int(check_rise))),
             "--request-timeout-secs", str(haproxy_seconds(timeout)),
             "--worker-startup-timeout-secs", "5", "--worker-startup-check-interval", "1", "--log-level", "warning"]
 

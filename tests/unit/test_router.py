@@ -321,6 +321,7 @@ def test_pool_command_line():
     assert argv[argv.index("--prometheus-port") + 1] == "9200" and "--api-key" not in argv
     assert "--worker-urls" not in argv  # from the unit's environment file
     assert argv[argv.index("--cb-failure-threshold") + 1] == "1"
+    assert argv[argv.index("--cb-timeout-duration-secs") + 1] == "3"  # 1 s (500ms rounded) x rise 3
     with pytest.raises(ValueError):
         router.haproxy_seconds("2 s")
 

@@ -133,10 +133,17 @@ def test_a_stopped_engine_is_ejected_by_the_pool(front_door):
 
 def test_drain_and_ready_through_the_pool(front_door):
     lab_api, port, ports, secrets = front_door
-    for _ in range(60):  # nvidia-01 is back (previous test)
-        if "active" == lab_api.run(LAB, "nvidia-01", f"systemctl is-active {UNIT} || true").strip():
+    # nvidia-01 is back (previous test): the pool's health check finds both engines healthy,
+    # and its circuit for nvidia-01 (open since the stop) is past its timeout.
+    deadline = time.monotonic() + 90
+    while True:
+        health = [line for line in metrics(ports["pool_metrics"]).splitlines()
+                  if line.startswith("vllm_router_worker_health{")]
+        if len(health) == 2 and all(line.endswith(" 1") for line in health):
             break
+        assert time.monotonic() < deadline, health
         time.sleep(1)
+    time.sleep(4)  # the circuit's timeout: router_check_interval 1 s x router_check_rise 2, and a margin
     proc = playbook("-e", f"router_drain_model={MODEL}", "-e", "router_drain_node=nvidia-02", "-e", f"@{secrets}",
                     playbook="playbooks/router-drain.yml")
     assert proc.returncode == 0, proc.stdout[-4000:]
