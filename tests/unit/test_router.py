@@ -153,24 +153,7 @@ def _playbook(tmp_path: Path, inventory: Path, text: str) -> subprocess.Complete
 
 
 def test_config_rendered_by_the_role_template(tmp_path):
-    out = tmp_path / "haproxy.cfg"
-    # The role's defaults as play vars, but not those the inventory sets (play vars would win).
-    defaults = yaml.safe_load((ROOT / "roles/router/defaults/main.yml").read_text())
-    for name in ("router_models", "router_listen_address"):
-        defaults.pop(name)
-    proc = _playbook(tmp_path, _inventory(tmp_path), f"""
-- hosts: router
-  gather_facts: false
-  vars: {json.dumps(defaults)}
-  vars_files: [{ROOT}/roles/router/vars/main.yml]
-  tasks:
-    - ansible.builtin.template:
-        src: {ROOT}/roles/router/templates/etc/haproxy/haproxy.cfg.j2
-        dest: {out}
-        mode: "0644"
-""")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    text = out.read_text()
+    text = _render(tmp_path, {})
     gpt = text[text.index("backend model_gpt-oss-20b"):text.index("# ---- qwen3-0.6b")]
     assert "bind 127.0.0.1:9000" in text and "bind 127.0.0.1:9001" in text
     assert "balance leastconn" in gpt and "option httpchk GET /health" in gpt
@@ -411,3 +394,10 @@ def test_page_site_proxies_each_endpoint_unbuffered(tmp_path):
         conf.write_text("events {}\nhttp { include %s; }\n" % (tmp_path / "rendered"))
         check = subprocess.run(["nginx", "-t", "-q", "-c", str(conf)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
+
+
+def test_the_role_spec_offers_exactly_the_routers_policies():
+    """The argument spec's choices (YAML, so a literal list) are vllm_fleet.router's POLICIES."""
+    spec = yaml.safe_load((ROOT / "roles/router/meta/argument_specs.yml").read_text())
+    choices = spec["argument_specs"]["main"]["options"]["router_models"]["options"]["policy"]["choices"]
+    assert sorted(choices) == sorted(router.POLICIES)
