@@ -311,6 +311,8 @@ class FilterModule:
             "fleet_router_page": fleet_router_page,
             "fleet_router_seconds": lambda value: router.haproxy_seconds(value),
             "fleet_router_worker_url": lambda server: router.worker_url(_plain(server)),
+            "fleet_router_nginx_listen": lambda listen, port: router.nginx_listen(listen, port),
+            "fleet_local_address": lambda listen, url=False: models.local_address(listen, url),
             "fleet_monitoring_targets": fleet_monitoring_targets,
             "fleet_monitoring_api_keys": fleet_monitoring_api_keys,
             "fleet_resolve_models": fleet_resolve_models,

@@ -36,6 +36,26 @@ _GROUP_RESERVED = {"host": "fleet_serve_listen (or a model's listen)",
 DEFAULT_LISTEN = "127.0.0.1"
 
 
+#: Listen addresses that name no one address (every interface): a client must pick one.
+WILDCARDS = frozenset(["", "0.0.0.0", "::", "[::]", "*"])
+
+
+def url_host(address: str) -> str:
+    """An address as a URL's host: IPv6 in brackets."""
+    address = str(address).strip("[]")
+    return f"[{address}]" if ":" in address else address
+
+
+def local_address(listen: Any, url: bool = False) -> str:
+    """Where a host reaches its own listener on `listen`: its loopback for a wildcard (IPv6's
+    for `::`), else that address; as a URL's host (IPv6 in brackets) with `url`. The one home of
+    that rule: readiness checks of the router's endpoints, Prometheus and the node exporter,
+    nginx's upstreams (filter fleet_local_address)."""
+    listen = str(listen if listen is not None else "")
+    address = "::1" if listen in ("::", "[::]") else "127.0.0.1" if listen in WILDCARDS else listen.strip("[]")
+    return url_host(address) if url else address
+
+
 def is_loopback(address: str) -> bool:
     """True for addresses only this node reaches (127.0.0.0/8, ::1); False for anything else,
     the wildcards 0.0.0.0 and :: included (they listen on every interface)."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 
+from vllm_fleet.models import WILDCARDS, url_host
 from vllm_fleet.role_specs import role_default
-from vllm_fleet.router import WILDCARDS, is_pool, node_address, served_models
+from vllm_fleet.router import is_pool, node_address, served_models
 
 #: Prometheus job names and label values built from host and model names: letters, digits, `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -26,10 +27,6 @@ def safe_name(text: str) -> str:
 
 def _host_address(host: str, host_vars: dict) -> str:
     return str(host_vars.get("ansible_host") or host)
-
-
-def _url_host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
 
 
 def api_key(host_vars: dict, model_name: str) -> str:
@@ -62,7 +59,7 @@ def model_targets(fleet_hosts: dict[str, dict]) -> list[dict]:
                 "job": f"vllm_{safe_name(host)}_{safe_name(model['name'])}",
                 "node": host, "model": model["name"], "served_model_name": model["served_model_name"][0],
                 "unit": model["unit"], "vendor": vendor,
-                "address": f"{_url_host(node_address(host, host_vars, model))}:{model['port']}",
+                "address": f"{url_host(node_address(host, host_vars, model))}:{model['port']}",
                 "credentials": credentials_file(host, model) if model.get("api_key") else "",
             })
     return out
@@ -79,7 +76,7 @@ def exporter_port(host_vars: dict) -> int:
 def node_targets(hosts: dict[str, dict]) -> list[dict]:
     """Every node's exporter (fleet nodes and monitoring hosts): {node, vendor, address}."""
     return [{"node": host, "vendor": (hosts[host].get("fleet_accelerator") or {}).get("vendor", ""),
-             "address": f"{_url_host(_host_address(host, hosts[host]))}:{exporter_port(hosts[host])}"}
+             "address": f"{url_host(_host_address(host, hosts[host]))}:{exporter_port(hosts[host])}"}
             for host in sorted(hosts)]
 
 
@@ -103,7 +100,7 @@ def router_targets(routers: dict[str, dict]) -> list[dict]:
     for host in sorted(routers):
         host_vars = routers[host]
         listen = str(host_vars.get("router_listen_address", role_default("router_listen_address")))
-        address = _url_host(_host_address(host, host_vars) if listen in WILDCARDS else listen)
+        address = url_host(_host_address(host, host_vars) if listen in WILDCARDS else listen)
         port = host_vars.get("router_metrics_port") or 0
         if port:
             out.append({"job": "haproxy", "router": host, "model": "", "address": f"{address}:{port}",

@@ -10,10 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vllm_fleet.models import is_loopback, resolve_models
+from vllm_fleet.models import WILDCARDS, is_loopback, resolve_models
 
-#: Addresses a model may listen on that name no address a router can connect to.
-WILDCARDS = frozenset(["", "0.0.0.0", "::", "[::]", "*"])
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
@@ -143,6 +141,16 @@ def pool_argv(backend: dict, executable: str, check_interval: Any, check_fall: i
             "--cb-timeout-duration-secs", str(haproxy_seconds(check_interval) * max(1, int(check_rise))),
             "--request-timeout-secs", str(haproxy_seconds(timeout)),
             "--worker-startup-timeout-secs", "5", "--worker-startup-check-interval", "1", "--log-level", "warning"]
+
+
+def nginx_listen(listen: Any, port: Any) -> str:
+    """nginx's `listen` of a server on `listen`:`port`: the port alone for IPv4's wildcard (every
+    IPv4 address), `[address]:port` for IPv6, `address:port` otherwise."""
+    listen = str(listen if listen is not None else "")
+    if listen in ("", "0.0.0.0", "*"):
+        return str(int(port))
+    address = listen.strip("[]")
+    return f"[{address}]:{int(port)}" if ":" in address else f"{address}:{int(port)}"
 
 
 def router_listeners(router_models: list[dict], listen_address: str) -> list[tuple[str, Any]]:

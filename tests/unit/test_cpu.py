@@ -227,3 +227,35 @@ def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
     chat, embed = (m["serve"] for m in host_vars["fleet_models"])
     assert (chat["max_model_len"], chat["enable_prefix_caching"], embed["max_model_len"]) == (4096, True, 512)
     assert "max_model_len" not in host_vars["fleet_serve_defaults"]
+
+
+def test_a_lab_router_beside_cpu_nodes_routes_their_chat_model(tmp_path):
+    """`lab up --vendors cpu --routers 1` (molecule/cpu): the router routes the CPU nodes' chat
+    model (the name their models.yml serves) through a cache_aware pool and serves the chat page,
+    each on a port of its own block; the whole inventory passes validation."""
+    from vllm_fleet.validation import validate_inventory
+
+    paths = LabPaths("unit", 30000)
+    web = paths.web_url
+    manifest = {"pypi": {"index_url": f"{web}/pypi/simple/"}, "pypi_cpu": {"index_url": f"{web}/pypi-cpu/simple/"},
+                "hub": {"vllm-fleet-lab/tiny-qwen2-chat": {"size_gb": 0.0005},
+                        "vllm-fleet-lab/tiny-qwen2-embed": {"size_gb": 0.0009}},
+                "hub_endpoints": {"hf_endpoint": f"{web}/huggingface", "modelscope_endpoint": f"{web}/modelscope"},
+                "git": {}, "artifacts": {}}
+    cpu_node = Node(name=HOST, vendor="cpu", index=0, ssh_port=30001, machine="vf-unit-cpu-01")
+    router = Node(name="router-01", vendor="router", index=1, ssh_port=30002, machine="vf-unit-router-01")
+    ctx = inventory.render_context(paths, [cpu_node, router], manifest)
+    hosts = {HOST: {**lab_host_vars(ctx, cpu_node, "cpu-nodes"), "group_names": ["cpu-nodes", "fleet"]},
+             "router-01": {**lab_host_vars(ctx, router, "router"), "group_names": ["router"]}}
+    assert validate_inventory(hosts, sorted(hosts)) == []
+    chat = hosts[HOST]["fleet_models"][0]["serve"]["served_model_name"]
+    block = [paths.service_port(1, slot) for slot in range(5)]
+    assert hosts["router-01"]["router_models"] == [{"name": chat, "port": block[0], "policy": "cache_aware",
+                                                    "pool_port": block[1], "metrics_port": block[2]}]
+    assert (hosts["router-01"]["router_metrics_port"], hosts["router-01"]["router_page_port"]) == tuple(block[3:])
+    # A lab without CPU nodes leaves its routers' models to the tests (tests/lab/router).
+    nvidia_ctx = inventory.render_context(paths, [router], manifest)
+    assert lab_host_vars(nvidia_ctx, router, "router")["router_models"] == []
+    # The files `lab up` writes pass the checks of inventory files too.
+    inventory.write(tmp_path / "inventory", paths, [cpu_node, router], manifest)
+    assert file_problems(tmp_path / "inventory") == []

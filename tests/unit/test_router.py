@@ -396,6 +396,34 @@ def test_page_site_proxies_each_endpoint_unbuffered(tmp_path):
         assert check.returncode == 0, check.stderr
 
 
+@pytest.mark.parametrize(("listen", "local", "url", "nginx"), [
+    ("0.0.0.0", "127.0.0.1", "127.0.0.1", "9400"),
+    ("*", "127.0.0.1", "127.0.0.1", "9400"),
+    ("", "127.0.0.1", "127.0.0.1", "9400"),
+    ("::", "::1", "[::1]", "[::]:9400"),
+    ("[::]", "::1", "[::1]", "[::]:9400"),
+    ("127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1:9400"),
+    ("192.0.2.10", "192.0.2.10", "192.0.2.10", "192.0.2.10:9400"),
+    ("2001:db8::10", "2001:db8::10", "[2001:db8::10]", "[2001:db8::10]:9400"),
+    ("[2001:db8::10]", "2001:db8::10", "[2001:db8::10]", "[2001:db8::10]:9400"),
+])
+def test_a_listen_address_as_the_host_itself_reaches_it(listen, local, url, nginx):
+    """One rule for every wildcard (vllm_fleet.models.local_address, filter fleet_local_address):
+    the router's endpoints, nginx's upstreams and listen, Prometheus and the node exporter."""
+    from vllm_fleet.models import local_address
+
+    assert (local_address(listen), local_address(listen, url=True), router.nginx_listen(listen, 9400)) \
+        == (local, url, nginx)
+
+
+@pytest.mark.parametrize(("listen", "upstream", "bind"), [("0.0.0.0", "127.0.0.1:9000", "listen 9400;"),
+                                                          ("::", "[::1]:9000", "listen [::]:9400;")])
+def test_page_site_on_a_wildcard_reaches_the_endpoints_on_loopback(tmp_path, listen, upstream, bind):
+    text = _render(tmp_path, {"router_models": POLICIES, "router_page_port": 9400, "router_listen_address": listen},
+                   "etc/nginx/sites-enabled/vllm-fleet-chat.conf.j2")
+    assert bind in text and f"proxy_pass http://{upstream}/;" in text
+
+
 def test_the_role_spec_offers_exactly_the_routers_policies():
     """The argument spec's choices (YAML, so a literal list) are vllm_fleet.router's POLICIES."""
     spec = yaml.safe_load((ROOT / "roles/router/meta/argument_specs.yml").read_text())

@@ -21,7 +21,6 @@ import yaml
 
 from tests.lab.conftest import chat_completion, recap
 from tests.lab.conftest import lab_env as env
-from tests.unit.test_chat_page import driver  # noqa: F401 (the browser, a fixture of the page's tests)
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "router"
