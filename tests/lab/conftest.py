@@ -115,12 +115,13 @@ def changed_tasks(stdout: str) -> dict[str, list[str]]:
     return out
 
 
-def chat_completion(port: int, model: str, timeout: float = 30) -> dict:
-    """One short chat completion from `model` at 127.0.0.1:`port` (a node's engine or a router)."""
+def chat_completion(port: int, model: str, timeout: float = 30, key: str | None = None) -> dict:
+    """One short chat completion from `model` at 127.0.0.1:`port` (a node's engine or a router),
+    with `key` as its bearer token if given."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "who are you"}],
                        "max_tokens": 8}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         assert answer.status == 200
         return json.loads(answer.read())

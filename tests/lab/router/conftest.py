@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.lab.conftest import chat_completion, recap
+from tests.lab.conftest import answer_text, chat_completion, recap
 from tests.lab.conftest import lab_env as env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -92,8 +94,8 @@ def routed():
         lab_api.down(LAB, log=lambda m: None)
 
 
-def chat(port: int, timeout: float = 30) -> dict:
-    return chat_completion(port, MODEL, timeout)
+def chat(port: int, timeout: float = 30, key: str | None = None) -> dict:
+    return chat_completion(port, MODEL, timeout, key)
 
 
 def answered(lab_api) -> dict[str, int]:
@@ -120,3 +122,49 @@ def wait_status(lab_api, node: str, status: str, timeout: float = 20) -> float:
 
 def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {node: after[node] - before[node] for node in NODES}
+
+
+class Client(threading.Thread):
+    """Chat completions through the router, one after another, until stopped; every failure kept."""
+
+    def __init__(self, port: int, key: str | None = None):
+        super().__init__(daemon=True)
+        self.port, self.key = port, key
+        self.sent = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.sent += 1
+            try:
+                assert answer_text(chat(self.port, timeout=60, key=self.key))
+            except (OSError, AssertionError, urllib.error.HTTPError, ValueError) as exc:
+                self.failures.append(f"request {self.sent}: {exc!r}")
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join(timeout=90)
+
+
+def on_node(lab_api, node: str, command: str) -> str:
+    return lab_api.run(LAB, node, command, timeout=120).strip()
+
+
+def engine_args(lab_api, node: str) -> list[str]:
+    """The running engine's command line."""
+    pid = on_node(lab_api, node, f"systemctl show -p MainPID --value {UNIT}")
+    return on_node(lab_api, node, f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def current(lab_api, node: str) -> str:
+    return on_node(lab_api, node, f"readlink {BASE}/current")

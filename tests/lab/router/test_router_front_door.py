@@ -19,14 +19,19 @@ from tests.lab.conftest import answer_text
 from tests.lab.router.conftest import (
     LAB,
     MODEL,
+    NODES,
     ROUTER,
     UNIT,
     WORK,
+    Client,
     answered,
     delta,
+    engine_args,
+    flag,
     host_vars,
     playbook,
     set_host_vars,
+    vllm_fleet,
 )
 
 TEAMS = [{"name": "team-a", "key": "team-a-0123456789abcdef"},
@@ -164,6 +169,32 @@ def test_a_second_run_changes_nothing(front_door):
     _, _, _, secrets = front_door
     proc = playbook("-l", ROUTER, "-e", f"@{secrets}")
     assert proc.returncode == 0 and "changed=0" in proc.stdout.split("PLAY RECAP")[-1], proc.stdout[-4000:]
+
+
+def test_a_flag_change_rolls_out_through_the_pool_without_a_failed_request(front_door):
+    """The issue's target: a rollout through the vLLM router's pool fails no request. While a
+    team's client sends requests through HAProxy and the pool without pause, `vllm-fleet rollout`
+    changes a flag one node at a time, each node taken out of the pool (/remove_worker) until its
+    engine runs nothing, restarted, put back (/add_worker) once healthy."""
+    lab_api, port, ports, secrets = front_door
+    assert {flag(engine_args(lab_api, node), "--max-num-seqs") for node in NODES} == {"256"}
+    for node in NODES:
+        (model,) = host_vars(node)["fleet_models"]
+        set_host_vars(node, fleet_models=[{**model, "serve": {**model["serve"], "max_num_seqs": 128}}])
+    start = time.monotonic()
+    with Client(port, key=TEAMS[0]["key"]) as client:
+        proc = vllm_fleet("rollout", "--serial", "1", "--json", "--secrets", str(secrets))
+        time.sleep(1)  # a few requests after the last node is back
+    took = time.monotonic() - start
+    print(f"\nrollout of a flag change over 2 nodes through the vLLM router's pool {took:.1f} s, "
+          f"{client.sent} requests, {len(client.failures)} failed")
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["rollout"]["reached"] == list(NODES)
+    assert client.failures == [] and client.sent >= 10, client.failures[:5]
+    for node in NODES:
+        assert flag(engine_args(lab_api, node), "--max-num-seqs") == "128", node
+    listed = json.loads(lab_api.run(LAB, ROUTER, f"curl -s http://127.0.0.1:{ports['pool']}/list_workers"))
+    assert len(listed["urls"]) == 2, listed
 
 
 # The chat page in a real browser runs against the real CPU engine, through a router of
