@@ -85,6 +85,8 @@ def front_door(routed):
     set_host_vars(ROUTER, **before)
     proc = playbook("-l", ROUTER)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    # Without team keys, the teams' counters are gone with them.
+    assert lab_api.run(LAB, ROUTER, "ls /etc/haproxy/vllm-fleet-teams.lua 2>/dev/null || true").strip() == ""
 
 
 def test_unknown_and_missing_keys_get_401(front_door):
