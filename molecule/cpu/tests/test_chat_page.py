@@ -21,6 +21,7 @@ import time
 import urllib.request
 
 import pytest
+from selenium.common.exceptions import TimeoutException
 
 from tests.unit.test_chat_page import MSG_401, By, last_reply_state, text, wait
 
@@ -28,12 +29,33 @@ ENV = ("VLLM_FLEET_PAGE_URL", "VLLM_FLEET_PAGE_MODEL", "VLLM_FLEET_TEAM_KEY", "V
        "VLLM_FLEET_ENGINE_KEY")
 
 
+class Lab(dict):
+    """What verify.yml gives; its repr (in a failure's traceback) names the keys, not their values."""
+
+    def __repr__(self) -> str:
+        return "Lab(" + ", ".join(f"{k}={'***' if k.endswith('_KEY') else v}" for k, v in self.items()) + ")"
+
+
 @pytest.fixture(scope="module")
 def lab():
     missing = [name for name in ENV if not os.environ.get(name)]
     if missing:
         pytest.skip(f"run by molecule/cpu/verify.yml, which sets {', '.join(missing)}")
-    return {name: os.environ[name] for name in ENV}
+    return Lab({name: os.environ[name] for name in ENV})
+
+
+def until(drv, what, timeout: float = 20, message: str = ""):
+    """wait(), and on a timeout what the page shows of its last reply."""
+    try:
+        return wait(drv, what, timeout, message)
+    except TimeoutException:
+        raise AssertionError(f"{message}: {page_state(drv)}") from None
+
+
+def page_state(drv) -> str:
+    """What the page shows of its last reply, for a failure's message."""
+    return (f"state {last_reply_state(drv)!r}, reply {reply(drv)[:200]!r}, live {text(drv, '#live')!r}, "
+            f"error {text(drv, '#error')!r}")
 
 
 def engine_metric(lab: dict, name: str) -> float:
@@ -50,7 +72,7 @@ def open_page(drv, lab: dict, key: str) -> None:
     drv.get(lab["VLLM_FLEET_PAGE_URL"])
     drv.execute_script("localStorage.clear(); sessionStorage.clear();")
     drv.get(lab["VLLM_FLEET_PAGE_URL"])
-    wait(drv, lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+    until(drv, lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
     drv.find_element(By.ID, "key").send_keys(key)
     drv.find_element(By.ID, "key-save").click()
 
@@ -83,7 +105,7 @@ def stat(drv, name: str) -> str | None:
 @pytest.fixture
 def page(lab, driver):
     open_page(driver, lab, lab["VLLM_FLEET_TEAM_KEY"])
-    wait(driver, lambda d: any(o.startswith(lab["VLLM_FLEET_PAGE_MODEL"]) for o in options(d)),
+    until(driver, lambda d: any(o.startswith(lab["VLLM_FLEET_PAGE_MODEL"]) for o in options(d)),
          message="the picker never listed the model")
     return driver
 
@@ -96,7 +118,7 @@ def test_an_answer_streams_with_its_first_token_within_a_second(lab, page):
     ttfts = []
     for prompt in ("who are you", "and what can you do", "say it again"):
         ask(page, prompt, max_tokens=32)
-        wait(page, lambda d: last_reply_state(d) == "done", timeout=60, message="the answer never finished")
+        until(page, lambda d: last_reply_state(d) == "done", timeout=60, message="the answer never finished")
         assert reply(page).strip()
         ttfts.append(int(re.fullmatch(r"TTFT (\d+) ms", stat(page, "ttft")).group(1)))
         tokens = int(re.fullmatch(r"(\d+) tokens", stat(page, "tokens")).group(1))
@@ -109,8 +131,8 @@ def test_an_answer_streams_with_its_first_token_within_a_second(lab, page):
     assert set(origins) <= {lab["VLLM_FLEET_PAGE_URL"].rstrip("/")}, origins
     # The history survives a reload.
     page.refresh()
-    wait(page, lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
-    wait(page, lambda d: "and what can you do" in (text(d, "#messages") or ""), message="the history was lost")
+    until(page, lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+    until(page, lambda d: "and what can you do" in (text(d, "#messages") or ""), message="the history was lost")
 
 
 def test_stop_ends_the_generation_on_the_engine(lab, page):
@@ -119,11 +141,11 @@ def test_stop_ends_the_generation_on_the_engine(lab, page):
     3000 tokens, and the page keeps the partial answer."""
     generated = engine_metric(lab, "vllm:generation_tokens_total")
     ask(page, "Tell me a very long story about the sea.", max_tokens=3000)
-    wait(page, lambda d: len(reply(d)) > 20, timeout=30, message="no answer streamed")
+    until(page, lambda d: len(reply(d)) > 20, timeout=30, message="no answer streamed")
     running = engine_metric(lab, "vllm:num_requests_running")
     assert running == 1, f"the engine runs {running} requests while the page streams"
     page.find_element(By.ID, "stop").click()
-    wait(page, lambda d: last_reply_state(d) == "stopped", message="the reply was not marked stopped")
+    until(page, lambda d: last_reply_state(d) == "stopped", message="the reply was not marked stopped")
     start = time.monotonic()
     while engine_metric(lab, "vllm:num_requests_running") != 0:
         assert time.monotonic() - start < 10, "the engine still runs the request 10 s after Stop"
@@ -139,13 +161,13 @@ def test_stop_ends_the_generation_on_the_engine(lab, page):
 
 def test_a_wrong_key_is_refused_with_a_clear_message(lab, driver):
     open_page(driver, lab, "not-a-team-key-0123456789")
-    wait(driver, lambda d: MSG_401 in (text(d, "#error") or ""), message="no 401 message on the page")
+    until(driver, lambda d: MSG_401 in (text(d, "#error") or ""), message="no 401 message on the page")
 
 
 def test_markup_the_user_writes_is_shown_as_text_and_runs_nothing(lab, page):
     prompt = '<img src=x onerror="document.body.dataset.pwned=1"> <script>document.body.dataset.pwned=1</script>'
     ask(page, prompt, max_tokens=8)
-    wait(page, lambda d: last_reply_state(d) == "done", timeout=60, message="the answer never finished")
+    until(page, lambda d: last_reply_state(d) == "done", timeout=60, message="the answer never finished")
     shown = page.execute_script(
         "return [...document.querySelectorAll('#messages .msg-user')].pop().textContent")
     assert prompt in shown
