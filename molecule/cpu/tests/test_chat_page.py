@@ -138,12 +138,17 @@ def test_an_answer_streams_with_its_first_token_within_a_second(lab, page):
 def test_stop_ends_the_generation_on_the_engine(lab, page):
     """Stop aborts the request up to the engine: while the answer streams the engine runs one
     request; after Stop its vllm:num_requests_running is 0 again, long before the answer's
-    3000 tokens, and the page keeps the partial answer."""
+    3000 tokens. (The lab's tiny model has random weights: many of its tokens are no text, so
+    the page may show little of what was generated.)"""
     generated = engine_metric(lab, "vllm:generation_tokens_total")
     ask(page, "Tell me a very long story about the sea.", max_tokens=3000)
-    until(page, lambda d: len(reply(d)) > 20, timeout=30, message="no answer streamed")
-    running = engine_metric(lab, "vllm:num_requests_running")
-    assert running == 1, f"the engine runs {running} requests while the page streams"
+    until(page, lambda d: last_reply_state(d) == "streaming", timeout=30, message="the reply never streamed")
+    start = time.monotonic()
+    while engine_metric(lab, "vllm:num_requests_running") != 1:
+        assert time.monotonic() - start < 30, "the engine never ran the page's request"
+        time.sleep(0.2)
+    time.sleep(1)  # a second of generation
+    assert last_reply_state(page) == "streaming", page_state(page)
     page.find_element(By.ID, "stop").click()
     until(page, lambda d: last_reply_state(d) == "stopped", message="the reply was not marked stopped")
     start = time.monotonic()
@@ -152,8 +157,9 @@ def test_stop_ends_the_generation_on_the_engine(lab, page):
         time.sleep(0.2)
     print(f"\nvllm:num_requests_running back to 0 {time.monotonic() - start:.2f} s after the page showed Stop")
     spent = engine_metric(lab, "vllm:generation_tokens_total") - generated
-    assert spent < 3000, f"the engine generated {spent} tokens: all of them, Stop stopped nothing"
-    assert reply(page).strip() and text(page, "#messages .msg-assistant .stat-stopped") == "stopped"
+    print(f"tokens generated before Stop: {spent:.0f} of 3000")
+    assert 0 < spent < 3000, f"the engine generated {spent} tokens: Stop stopped nothing"
+    assert text(page, "#messages .msg-assistant .stat-stopped") == "stopped"
     # The engine stays still once stopped: the router did not retry the request elsewhere or again.
     time.sleep(1)
     assert engine_metric(lab, "vllm:num_requests_running") == 0
