@@ -43,7 +43,8 @@ from vllm_fleet import router
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.models import engine_api_key, inventory_model
 from vllm_fleet.project import PROJECT_DIR
-from vllm_fleet.secrets import scrub
+from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
+from vllm_fleet.secrets import secret_values as all_secret_values
 
 #: vLLM's Prometheus names (docs.vllm.ai, "Production Metrics"). KV cache usage was
 #: vllm:gpu_cache_usage_perc before the V1 engine's vllm:kv_cache_usage_perc.
@@ -549,9 +550,9 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
             keys[id(row)] = engine_api_key(inventory_model(host_vars.get("fleet_models"), model["name"]),
                                            host_vars.get("fleet_serve_api_key"))
             rows.append(row)
-    secret_values = sorted({k for k in keys.values() if len(k) >= 4} | {str(v) for v in (secrets or {}).values()
-                                                                      if isinstance(v, str) and len(v) >= 4},
-                           key=len, reverse=True)
+    # The engines' keys and every value of `secrets`, at any depth (as the API masks them).
+    secret_values = sorted({k for k in keys.values() if len(k.strip()) >= MIN_MASKED_LENGTH}
+                           | set(all_secret_values(secrets or {}, secret=True)), key=len, reverse=True)
     nodes: dict[str, NodeStatus] = {}
     lock = threading.Lock()
 
