@@ -83,6 +83,15 @@ def fleet_monitoring_api_keys(hostvars):
         raise AnsibleFilterError(f"fleet_monitoring_api_keys: {type(exc).__name__}") from None
 
 
+def fleet_engine_api_key(fleet_models, name, group_key=""):
+    """The API key the engine of the model `name` asks for (vllm_fleet.models.engine_api_key):
+    its own secret_env.VLLM_API_KEY over the group's fleet_serve_api_key (a secret: use with no_log)."""
+    try:
+        return models.engine_api_key(models.inventory_model(_plain(fleet_models), _plain(name)), _plain(group_key))
+    except Exception as exc:  # the message must not carry a key: name the filter only
+        raise AnsibleFilterError(f"fleet_engine_api_key: {type(exc).__name__}") from None
+
+
 def fleet_router_backends(hostvars, router_models):
     """The router's backends (vllm_fleet.router.backends) from every fleet node of the inventory."""
     fleet = {h: _validated_vars(hostvars, h) for h in hostvars.keys()
@@ -315,6 +324,7 @@ class FilterModule:
             "fleet_local_address": lambda listen, url=False: models.local_address(listen, url),
             "fleet_monitoring_targets": fleet_monitoring_targets,
             "fleet_monitoring_api_keys": fleet_monitoring_api_keys,
+            "fleet_engine_api_key": fleet_engine_api_key,
             "fleet_resolve_models": fleet_resolve_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,

@@ -164,13 +164,6 @@ def _hosts_of(data: dict, group: str, seen: set | None = None) -> set[str]:
     return hosts
 
 
-def api_key(host_vars: dict, inventory_model: dict) -> str:
-    """The key a model asks for: its own secret_env.VLLM_API_KEY over its group's
-    fleet_serve_api_key, as roles/vllm_service/vars/main.yml (_vllm_service_secret_env) writes it."""
-    secret = inventory_model.get("secret_env") if isinstance(inventory_model.get("secret_env"), dict) else {}
-    return str(secret.get("VLLM_API_KEY") or host_vars.get("fleet_serve_api_key") or "")
-
-
 def base_url(address: str, port: int) -> str:
     """http://address:port, brackets around an IPv6 address."""
     try:
@@ -193,7 +186,6 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
             if "{{" in json.dumps(hv.get(var), default=str):
                 raise BenchError(f"host {host}: {var} is a template, which bench does not render; "
                                  "give its value with -e or --secrets")
-        own = {m.get("name"): m for m in hv.get("fleet_models") or [] if isinstance(m, dict)}
         for model in router.served_models(hv, host):
             if model.get("smoke") != "chat":
                 continue
@@ -206,10 +198,11 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
             unreachable = (f"it listens on {model['listen']} only, on a node the controller reaches at "
                            f"{hv.get('ansible_host') or host}; give it a listen address (fleet_serve_listen "
                            "or the model's listen)") if router.unreachable_from("127.0.0.1", host, hv, model) else None
+            key = fleet_models.engine_api_key(fleet_models.inventory_model(hv.get("fleet_models"), model["name"]),
+                                              hv.get("fleet_serve_api_key"))
             out.append(Target(host=host, name=model["name"], served=model["served_model_name"][0],
                               url=base_url(router.node_address(host, hv, model), model["port"]),
-                              names=[n for n in names if n], api_key=api_key(hv, own.get(model["name"], {})),
-                              unreachable=unreachable))
+                              names=[n for n in names if n], api_key=key, unreachable=unreachable))
     return out
 
 

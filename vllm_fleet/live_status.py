@@ -41,8 +41,10 @@ from pathlib import Path
 
 from vllm_fleet import router
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.models import engine_api_key, inventory_model
 from vllm_fleet.project import PROJECT_DIR
-from vllm_fleet.secrets import scrub
+from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
+from vllm_fleet.secrets import secret_values as all_secret_values
 
 #: vLLM's Prometheus names (docs.vllm.ai, "Production Metrics"). KV cache usage was
 #: vllm:gpu_cache_usage_perc before the V1 engine's vllm:kv_cache_usage_perc.
@@ -466,16 +468,6 @@ def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None,
     return hosts
 
 
-def model_key(host_vars: dict, name: str) -> str:
-    """The API key a model's engine was given: its own secret_env.VLLM_API_KEY, else the group's."""
-    for model in host_vars.get("fleet_models") or []:
-        if isinstance(model, dict) and model.get("name") == name:
-            own = (model.get("secret_env") or {}).get("VLLM_API_KEY")
-            if own:
-                return str(own)
-    return str(host_vars.get("fleet_serve_api_key") or "")
-
-
 def ssh_argv(host: str, host_vars: dict, timeout: float) -> list[str]:
     """OpenSSH with the host's connection variables, as Ansible's ssh connection builds it,
     sharing Ansible's master connections (ansible.cfg's control_path) when they are open."""
@@ -555,11 +547,12 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
                 if direct else model["url"]
             row = ModelStatus(node=host, model=model["served_model_name"][0], name=model["name"], unit=model["unit"],
                               url=url, via="controller" if direct else "ssh", devices=list(model.get("devices") or []))
-            keys[id(row)] = model_key(host_vars, model["name"])
+            keys[id(row)] = engine_api_key(inventory_model(host_vars.get("fleet_models"), model["name"]),
+                                           host_vars.get("fleet_serve_api_key"))
             rows.append(row)
-    secret_values = sorted({k for k in keys.values() if len(k) >= 4} | {str(v) for v in (secrets or {}).values()
-                                                                      if isinstance(v, str) and len(v) >= 4},
-                           key=len, reverse=True)
+    # The engines' keys and every value of `secrets`, at any depth (as the API masks them).
+    secret_values = sorted({k for k in keys.values() if len(k.strip()) >= MIN_MASKED_LENGTH}
+                           | set(all_secret_values(secrets or {}, secret=True)), key=len, reverse=True)
     nodes: dict[str, NodeStatus] = {}
     lock = threading.Lock()
 

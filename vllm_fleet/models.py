@@ -65,6 +65,32 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+def inventory_model(models: Any, name: Any) -> dict:
+    """The inventory's entry (of a host's `fleet_models`) named `name`: the first, as
+    roles/vllm_service picks it (`selectattr('name', 'equalto', ...) | first`); {} if none."""
+    return next((m for m in (models if isinstance(models, list) else [])
+                 if isinstance(m, dict) and m.get("name") == name), {})
+
+
+def engine_api_key(model: Any, group_key: Any = None) -> str:
+    """The API key a model's engine asks for, as roles/vllm_service gives it (VLLM_API_KEY in the
+    model's secret environment): the model's own secret_env.VLLM_API_KEY over its group's
+    fleet_serve_api_key (`group_key`); '' when neither has one. `model`: the inventory's entry.
+
+    A missing, None, false, empty or blank value is no key (vLLM takes an empty key as none),
+    so the group's stands; a key is given as written (str). The one home of the rule: monitoring
+    (Prometheus' bearer keys), live status, bench, access() below (whether a model has a key),
+    the readiness helper's checks (filter fleet_engine_api_key). Validation refuses empty, blank
+    and non-string keys (validation.secrets), so on a valid inventory no case here is ambiguous.
+    """
+    secret = model.get("secret_env") if isinstance(model, dict) else None
+    own = secret.get("VLLM_API_KEY") if isinstance(secret, dict) else None
+    for key in (own, group_key):
+        if key and str(key).strip():
+            return str(key)
+    return ""
+
+
 def access(model: dict, listen: Any = None, api_key: bool = False, unauthenticated: bool = False) -> dict:
     """Where a model listens and how it is protected: its own `listen`, `unauthenticated` and
     secret_env.VLLM_API_KEY over its group's (fleet_serve_listen, whether fleet_serve_api_key
@@ -77,11 +103,9 @@ def access(model: dict, listen: Any = None, api_key: bool = False, unauthenticat
         valid = True
     except ValueError:
         valid = False
-    secret = model.get("secret_env") if isinstance(model.get("secret_env"), dict) else {}
     own_open = model.get("unauthenticated")
-    # vLLM takes an empty (or blank) key as no key: the model would be open.
-    own_key = secret.get("VLLM_API_KEY")
-    return {"listen": address, "valid": valid, "api_key": bool(api_key) or bool(str(own_key or "").strip()),
+    # The group's key (a boolean here: plans never carry the key), or the model's own.
+    return {"listen": address, "valid": valid, "api_key": bool(api_key) or bool(engine_api_key(model)),
             "unauthenticated": bool(unauthenticated if own_open is None else own_open)}
 
 

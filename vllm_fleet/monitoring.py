@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from vllm_fleet.models import WILDCARDS, url_host
+from vllm_fleet.models import WILDCARDS, engine_api_key, inventory_model, url_host
 from vllm_fleet.role_specs import role_default
 from vllm_fleet.router import is_pool, node_address, served_models
 
@@ -27,16 +27,6 @@ def safe_name(text: str) -> str:
 
 def _host_address(host: str, host_vars: dict) -> str:
     return str(host_vars.get("ansible_host") or host)
-
-
-def api_key(host_vars: dict, model_name: str) -> str:
-    """The key vLLM asks of `model_name` on this node: the model's secret_env.VLLM_API_KEY,
-    else the group's fleet_serve_api_key (as roles/vllm_service writes them), else ''."""
-    key = str(host_vars.get("fleet_serve_api_key") or "")
-    for model in host_vars.get("fleet_models") or []:
-        if isinstance(model, dict) and model.get("name") == model_name:
-            key = str((model.get("secret_env") or {}).get("VLLM_API_KEY") or key)
-    return key
 
 
 def credentials_file(host: str, model: dict) -> str:
@@ -87,7 +77,9 @@ def api_keys(fleet_hosts: dict[str, dict]) -> dict[str, str]:
     for host in sorted(fleet_hosts):
         for model in served_models(fleet_hosts[host], host):
             if model.get("api_key"):
-                keys[credentials_file(host, model)] = api_key(fleet_hosts[host], model["name"])
+                host_vars = fleet_hosts[host]
+                keys[credentials_file(host, model)] = engine_api_key(
+                    inventory_model(host_vars.get("fleet_models"), model["name"]), host_vars.get("fleet_serve_api_key"))
     return keys
 
 

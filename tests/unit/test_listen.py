@@ -121,3 +121,77 @@ def test_a_bad_key_is_refused_without_showing_it(example, key):
     assert problems, problems
     assert all(p.startswith("host nvidia-01: fleet_serve_api_key = ******** (") for p in problems), problems
     assert "ZQX" not in str(problems) and "98765432109876543210" not in str(problems)
+
+
+# ------------------------------------------------------------------ which key an engine asks for
+
+OTHER = "own-Key_0123456789abcdef"
+
+
+@pytest.mark.parametrize("secret_env, group, expected", [
+    ({"VLLM_API_KEY": OTHER}, "", OTHER),          # the model's own key
+    (None, KEY, KEY),                              # the group's
+    ({"VLLM_API_KEY": OTHER}, KEY, OTHER),         # both: the model's own wins
+    ({"VLLM_API_KEY": ""}, KEY, KEY),              # an empty own key is no key: the group's stands
+    ({"VLLM_API_KEY": ""}, "", ""),
+    ({"VLLM_API_KEY": "  "}, KEY, KEY),            # blank is empty too
+    ({"VLLM_API_KEY": None}, KEY, KEY),
+    ({"HF_TOKEN": OTHER}, KEY, KEY),               # another secret is no API key
+    (None, "", ""),                                # none
+    (None, None, ""),
+    ("not a mapping", KEY, KEY),                   # a wrong shape (the schema's to report) is no key
+    ({"VLLM_API_KEY": 123456789012345678}, "", "123456789012345678"),  # as written, a string
+])
+def test_engine_api_key(secret_env, group, expected):
+    from vllm_fleet.models import access, engine_api_key
+
+    model = {**MODEL, **({"secret_env": secret_env} if secret_env is not None else {})}
+    assert engine_api_key(model, group) == expected
+    # access() (whether a model has a key, from the group's boolean) agrees with it.
+    assert access(model, api_key=bool(group))["api_key"] is bool(expected)
+
+
+def test_engine_api_key_of_no_model_is_the_groups():
+    from vllm_fleet.models import engine_api_key, inventory_model
+
+    assert engine_api_key(None, KEY) == engine_api_key({}, KEY) == KEY
+    assert engine_api_key(inventory_model([dict(MODEL)], "other"), "") == ""
+    # The first entry of a name, as the role picks it (selectattr(...) | first).
+    models = [{**MODEL, "secret_env": {"VLLM_API_KEY": OTHER}}, {**MODEL, "secret_env": {"VLLM_API_KEY": KEY}}]
+    assert inventory_model(models, "qwen") is models[0]
+    assert inventory_model("not a list", "qwen") == {}
+
+
+def test_every_reader_of_the_engines_key_asks_engine_api_key(tmp_path):
+    """Monitoring's bearer keys, live status, bench and the readiness helper (filter
+    fleet_engine_api_key) send the key roles/vllm_service gives the engine: one rule."""
+    from filter_plugins.fleet import FilterModule
+    from vllm_fleet import bench, monitoring
+
+    models = [{**MODEL, "name": "own", "secret_env": {"VLLM_API_KEY": OTHER}}, {**MODEL, "name": "group"},
+              {**MODEL, "name": "empty", "secret_env": {"VLLM_API_KEY": ""}}]
+    host_vars = {"fleet_accelerator": {"vendor": "nvidia", "model": "H100", "count": 3}, "fleet_models": models,
+                 "fleet_serve_api_key": KEY, "fleet_serve_listen": "0.0.0.0", "group_names": ["fleet"]}
+    expected = {"own": OTHER, "group": KEY, "empty": KEY}
+    scraped = monitoring.api_keys({"node1": host_vars})
+    assert scraped == {f"node1__{name}.key": key for name, key in expected.items()}
+    targets = bench.targets_from_hostvars({"node1": host_vars})
+    assert {t.name: t.api_key for t in targets} == expected
+    engine_key = FilterModule().filters()["fleet_engine_api_key"]
+    assert {name: engine_key(models, name, KEY) for name in expected} == expected
+    assert engine_key(models, "group", "") == "" and engine_key(None, "group", KEY) == KEY
+
+
+def test_the_key_rule_has_one_home():
+    """No module but vllm_fleet.models reads secret_env.VLLM_API_KEY, and no template of the
+    roles picks the engine's key apart from the filter (the secret environment's writer aside)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readers = [p.relative_to(root).as_posix() for p in sorted((root / "vllm_fleet").rglob("*.py"))
+               if '.get("VLLM_API_KEY")' in p.read_text()]
+    assert readers == ["vllm_fleet/models.py"]
+    picks = [f"{p.relative_to(root).as_posix()}: {line.strip()}" for p in sorted((root / "roles").rglob("*"))
+             if p.is_file() and p.suffix in (".yml", ".j2") and "meta" not in p.parts
+             for line in p.read_text().splitlines() if ".VLLM_API_KEY" in line and not line.lstrip().startswith("#")]
+    assert picks == []

@@ -271,6 +271,15 @@ def test_api_keys_are_sent_as_bearer_and_printed_nowhere(fleet, capsys):
     assert argv[-1] == "sh -s" and not any(GROUP_KEY in a for a in argv)
 
 
+def test_every_secret_given_is_masked_at_any_depth(fleet):
+    nested = "hf_Nested-Token-0123456789"  # a secret given as a structure, e.g. a token per hub
+    fleet["smi"].write_text(f"NVML: {nested} and 12345678901 refused\n")
+    os.environ["SMI_RC"] = "9"
+    result = live_status.status(fleet["inventory"], window=0.2,
+                                secrets={"model_fetch_tokens": {"hf": nested}, "some_secret": 12345678901})
+    assert result.nodes["node-a"].smi_error == f"NVML: {api.MASK} and {api.MASK} refused"
+
+
 def test_a_stopped_unit_a_dead_engine_and_a_critical_device_are_down(fleet):
     fleet["units"].write_text(json.dumps({"vllm-bge.service": "inactive"}))
     fleet["engines"]["qwen3"].stop()
