@@ -125,7 +125,13 @@ def pool_argv(backend: dict, executable: str, check_interval: Any, check_fall: i
     the unit's environment file (`--worker-urls $WORKERS`), so a node added or removed changes
     that file only, and the running router learns it through its API, without a restart that
     would cut the answers streaming through it. No --api-key: HAProxy puts the engines' key
-    on every request, and a key on a command line is readable in /proc."""
+    on every request, and a key on a command line is readable in /proc.
+
+    cache_aware's own knobs (--cache-threshold, --balance-abs-threshold, --balance-rel-threshold,
+    --eviction-interval-secs, --max-tree-size) are left at vllm-router's defaults (0.1.17: 0.3,
+    64, 1.5, 120 s, 2**25 characters): scripts/bench-routing found cache_aware at the ceiling of
+    the one-engine replay with one request at a time (docs/performance/routing.md), so no setting
+    could raise its hit rate there; a default changes here only when a measurement shows it helps."""
     return [executable, "--host", "127.0.0.1", "--port", str(backend["pool_port"]), "--policy", backend["policy"],
             "--prometheus-host", metrics_address, "--prometheus-port", str(backend["metrics_port"]),
             "--health-check-interval-secs", str(haproxy_seconds(check_interval)),

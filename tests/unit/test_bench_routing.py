@@ -55,6 +55,14 @@ def test_policies_are_checked(bench):
             bench.parse_policies(wrong)
 
 
+def test_concurrency_levels_are_checked(bench):
+    assert bench.parse_concurrency("1") == [1]
+    assert bench.parse_concurrency("1,4") == [1, 4]
+    for wrong in ("", "0", "1,1", "two", "-2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench.parse_concurrency(wrong)
+
+
 def _counters(hits, queries, requests):
     return {"hits": hits, "queries": queries, "requests": requests}
 
@@ -114,13 +122,60 @@ def test_the_report_and_the_page_say_what_was_cut_and_what_failed(bench):
     figures = _figures(bench)
     report = bench.format_report(figures)
     assert "NOT met" in report and "3.00" in report
-    assert "!! round_robin: conversation 2 turn 1: HTTP 400 (context)" in report
+    assert "!! round_robin (concurrency 1): conversation 2 turn 1: HTTP 400 (context)" in report
     assert "every policy: conversation 1's system prompt cut to its first 136 of 271 characters" in report
     page = bench.render_doc(figures)
     assert page.startswith("# Routing policies compared\n")
-    assert "| round_robin | HAProxy | 20.0 % | 40 / 200 |" in page
+    assert "| round_robin | HAProxy | 1 | 20.0 % | 40 / 200 |" in page
     assert "- round_robin: conversation 2 turn 1: HTTP 400 (context)" in page
     assert "| round_robin | `12` | `?` |" in page
     assert "**met**" in page and "NOT met" in page
     assert "2026-12-02" in page and "AMD EPYC" in page
     assert not [line for _, line in prose_lines(page) if CLOCK.search(line)]
+
+
+def _replay(bench, hits, queries):
+    turn = {"conversation": 1, "turn": 1, "chars": 40, "total_s": 2.0, "ttft_s": 0.5, "engine": "?"}
+    zero = {"cpu-01": _counters(0, 0, 0), "cpu-02": _counters(0, 0, 0)}
+    return bench.summarize_replay([turn], zero, {"cpu-01": _counters(hits, queries, 1), "cpu-02": _counters(0, 0, 0)})
+
+
+def test_the_ceiling_bounds_the_ratio_any_policy_could_reach(bench):
+    """One run, two concurrency levels: at 1 the ceiling / round_robin is below the target (so it
+    is unreachable there), at 4 it is above it."""
+    figures = {"meta": {}, "concurrency": [1, 4], "problems": [], "notes": [],
+               "policies": {"round_robin": {"served_by": "HAProxy",
+                                            "replays": {"1": _replay(bench, 50, 100), "4": _replay(bench, 30, 100)}},
+                            "cache_aware": {"served_by": "vllm-router",
+                                            "replays": {"1": _replay(bench, 68, 100), "4": _replay(bench, 60, 100)}}},
+               "ceiling": {"served_by": "cpu-01, directly",
+                           "replays": {"1": _replay(bench, 70, 100), "4": _replay(bench, 66, 100)}}}
+    figures["derived"] = derived = bench.derive(figures)
+    one, four = derived["by_concurrency"]["1"], derived["by_concurrency"]["4"]
+    assert one["best_ratio"] == pytest.approx(1.4) and one["target_reachable"] is False
+    assert one["hit_ratio"] == pytest.approx(1.36) and one["hit_target_met"] is False
+    assert four["best_ratio"] == pytest.approx(2.2) and four["target_reachable"] is True
+    assert four["hit_target_met"] is True
+    assert derived["hit_ratio"] == one["hit_ratio"]  # the first level is the headline
+    rows = bench.policy_rows(figures)
+    assert [r[:3] for r in rows] == [["round_robin", "HAProxy", "1"], ["cache_aware", "vllm-router", "1"],
+                                     [bench.CEILING, "cpu-01, directly", "1"], ["round_robin", "HAProxy", "4"],
+                                     ["cache_aware", "vllm-router", "4"], [bench.CEILING, "cpu-01, directly", "4"]]
+    page = bench.render_doc(figures)
+    assert "| ceiling (one engine, no router) | cpu-01, directly | 1 | 70.0 % | 70 / 100 |" in page
+    assert "the best ratio any policy could reach here is 1.40" in page
+    assert "target is unreachable on this workload with two replicas" in page
+    assert "2.20 (ceiling / `round_robin`), so the 1.5 times target is within reach" in page
+    report = bench.format_report(figures)
+    assert "4 conversations at a time" in report and "unreachable" in report
+
+
+def test_a_run_before_concurrency_is_rendered_at_one(bench):
+    """figures.json of a run before --concurrency: one `replay` per policy, no ceiling."""
+    figures = {"meta": {}, "problems": [], "notes": [],
+               "policies": {"round_robin": {"served_by": "HAProxy", "replay": _replay(bench, 50, 100)},
+                            "cache_aware": {"served_by": "vllm-router", "replay": _replay(bench, 69, 100)}}}
+    figures["derived"] = bench.derive(figures)
+    assert figures["derived"]["hit_ratio"] == pytest.approx(1.38)
+    assert figures["derived"]["by_concurrency"]["1"]["best_ratio"] is None
+    assert "| cache_aware | vllm-router | 1 | 69.0 % |" in bench.render_doc(figures)
