@@ -102,6 +102,16 @@ def fleet_router_backends(hostvars, router_models):
         raise AnsibleFilterError(f"fleet_router_backends: {exc}") from exc
 
 
+def fleet_router_engine_key(backend, hostvars):
+    """The engines' key the router puts on a backend's requests where teams have keys
+    (vllm_fleet.router.engine_key)."""
+    try:
+        fleet = {server["host"]: _validated_vars(hostvars, server["host"]) for server in _plain(backend)["servers"]}
+        return router.engine_key(_plain(backend), fleet)
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_router_engine_key: {exc}") from exc
+
+
 def fleet_router_pool_argv(pool, executable, check_interval, check_fall, check_rise, metrics_address, timeout):
     """A vllm-router pool's command line but its workers (vllm_fleet.router.pool_argv)."""
     try:
@@ -317,6 +327,7 @@ class FilterModule:
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,
             "fleet_router_pool_argv": fleet_router_pool_argv,
+            "fleet_router_engine_key": fleet_router_engine_key,
             "fleet_router_page": fleet_router_page,
             "fleet_router_seconds": lambda value: router.haproxy_seconds(value),
             "fleet_router_worker_url": lambda server: router.worker_url(_plain(server)),

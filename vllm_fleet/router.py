@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vllm_fleet.models import WILDCARDS, is_loopback, resolve_models
+from vllm_fleet.models import WILDCARDS, engine_api_key, inventory_model, is_loopback, resolve_models
 
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -98,7 +98,7 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
         for host, models in served.items():
             for model in models:
                 if name in model["served_model_name"]:
-                    servers.append({"name": haproxy_name(host), "host": host,
+                    servers.append({"name": haproxy_name(host), "host": host, "model": model["name"],
                                     "address": node_address(host, fleet_hosts[host], model),
                                     "port": model["port"]})
         backend = {**entry, "policy": entry.get("policy", DEFAULT_POLICY), "backend": haproxy_name(f"model_{name}"),
@@ -109,6 +109,23 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
             backend["workers"] = [worker_url(server) for server in servers]
         out.append(backend)
     return out
+
+
+def server_keys(backend: dict, fleet_hosts: dict[str, dict]) -> dict[str, str]:
+    """Each server's engine key (host -> the key its engine asks for: the model's own
+    secret_env.VLLM_API_KEY over its host's fleet_serve_api_key, models.engine_api_key)."""
+    return {server["host"]: engine_api_key(inventory_model(fleet_hosts.get(server["host"], {}).get("fleet_models"),
+                                                           server.get("model")),
+                                           fleet_hosts.get(server["host"], {}).get("fleet_serve_api_key"))
+            for server in backend.get("servers") or []}
+
+
+def engine_key(backend: dict, fleet_hosts: dict[str, dict]) -> str:
+    """The key the router puts on a backend's requests in a team's stead: its engines' one key
+    (validation refuses servers of one model with different keys where teams have keys); ''
+    when they ask for none."""
+    keys = server_keys(backend, fleet_hosts)
+    return next(iter(keys.values()), "")
 
 
 def worker_url(server: dict) -> str:

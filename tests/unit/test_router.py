@@ -314,7 +314,8 @@ def _teams_router(**extra):
 
 
 @pytest.mark.parametrize("extra, expected", [
-    ({"router_api_keys": [{"name": "a", "key": "k" * 24}]}, "is the engines' own key (fleet_serve_api_key)"),
+    ({"router_api_keys": [{"name": "a", "key": "k" * 24}]},
+     "is the engines' own key (fleet_serve_api_key or a model's secret_env.VLLM_API_KEY)"),
     ({"router_api_keys": [{"name": "a", "key": "x" * 20}, {"name": "b", "key": "x" * 20}]},
      "router_api_keys[1].key = ******** (a string): is another team's key too"),
     ({"router_api_keys": [{"name": "a", "key": "x" * 20}, {"name": "a", "key": "y" * 20}]},
@@ -356,7 +357,30 @@ def test_team_keys_need_one_engine_key_per_model():
     fleet = listening(example_hosts())
     fleet["musa-01"]["fleet_serve_api_key"] = "m" * 24
     problems = router_problems(_teams_router(router_api_keys=[{"name": "a", "key": "x" * 20}]), fleet)
-    assert any("serve it with different keys" in p for p in problems), problems
+    assert any("serve it with different engine keys" in p for p in problems), problems
+
+
+def test_a_models_own_key_is_the_engine_key_the_router_uses():
+    """A model's own secret_env.VLLM_API_KEY is what its engine asks for (models.engine_api_key):
+    the router puts that key on its requests where teams have keys, and validation compares
+    those keys, not the hosts' fleet_serve_api_key."""
+    fleet = listening(example_hosts())
+    backend = next(b for b in router.backends([{"name": "gpt-oss-20b", "port": 9000}], fleet))
+    host = backend["servers"][0]["host"]
+    group_key = fleet[host].get("fleet_serve_api_key", "")
+    assert router.engine_key(backend, fleet) == group_key
+    model = next(m for m in fleet[host]["fleet_models"] if m["name"] == backend["servers"][0]["model"])
+    model["secret_env"] = {**(model.get("secret_env") or {}), "VLLM_API_KEY": "own-key-of-the-model-0123"}
+    assert router.engine_key(backend, fleet) == "own-key-of-the-model-0123"
+    # Two servers of one model, one with its own key: refused where teams have keys.
+    fleet["nvidia-02"] = copy.deepcopy(fleet[host]) | {"ansible_host": "192.0.2.42"}
+    next(m for m in fleet["nvidia-02"]["fleet_models"] if m["name"] == model["name"])["secret_env"] = {}
+    teams = {"r": router_host([{"name": "gpt-oss-20b", "port": 9000}],
+                              router_api_keys=[{"name": "a", "key": "x" * 20}])}
+    assert any("serve it with different engine keys" in p and "nvidia-02" in p for p in router_problems(teams, fleet))
+    # A team key equal to a model's own engine key would open that engine directly: refused too.
+    teams["r"]["router_api_keys"] = [{"name": "a", "key": "own-key-of-the-model-0123"}]
+    assert any("is the engines' own key" in p for p in router_problems(teams, fleet))
 
 
 def test_page_config_names_each_model_its_version_prices_and_replicas():

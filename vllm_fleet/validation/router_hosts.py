@@ -6,6 +6,7 @@ import difflib
 import re
 
 from vllm_fleet import router
+from vllm_fleet.models import engine_api_key
 from vllm_fleet.validation.ports import in_group, listener_problems, served_models
 from vllm_fleet.validation.problem import Problem, _describe
 from vllm_fleet.validation.roles import role_variable_problems
@@ -37,7 +38,9 @@ def _key_problems(host: str, host_vars: dict, fleet_hosts: dict[str, dict]) -> l
     out: list[str] = []
     if not isinstance(teams, list):
         return out
-    fleet_keys = {k for k in (v.get("fleet_serve_api_key") for v in fleet_hosts.values()) if isinstance(k, str) and k}
+    # Every key an engine of the fleet asks for: each model's own, else its host's (models.engine_api_key).
+    fleet_keys = {engine_api_key(m, v.get("fleet_serve_api_key")) for v in fleet_hosts.values()
+                  for m in (v.get("fleet_models") if isinstance(v.get("fleet_models"), list) else [None])} - {""}
     names: set = set()
     keys: set = set()
     for i, team in enumerate(teams):
@@ -52,7 +55,8 @@ def _key_problems(host: str, host_vars: dict, fleet_hosts: dict[str, dict]) -> l
                                    "a key of its own per team")))
         if isinstance(key, str) and key in fleet_keys:
             out.append(str(Problem(("router_api_keys", i, "key"), key, "is the engines' own key "
-                                   "(fleet_serve_api_key), which opens every node directly",
+                                   "(fleet_serve_api_key or a model's secret_env.VLLM_API_KEY), which opens the "
+                                   "engines directly",
                                    "a key of the team's own, apart from the fleet's")))
         names.add(name)
         keys.add(key)
@@ -122,15 +126,16 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                 problems.append(f"{where}.name = {name!r}: no fleet node serves a model of that name"
                                 + (f" (did you mean {close[0]!r}?)" if close else "")
                                 + f"; accepted: a served model name of the fleet ({known})")
+            keys = router.server_keys(next(iter(router.backends([entry], fleet_hosts)), {}), fleet_hosts)
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
                 model = next(m for m in served_models(node_vars, node) if name in m["served_model_name"])
-                if host_vars.get("router_api_keys") and \
-                        node_vars.get("fleet_serve_api_key") != fleet_hosts[served[name][0]].get("fleet_serve_api_key"):
-                    problems.append(f"{where}.name = {name!r}: {node} and {served[name][0]} serve it with different "
-                                    f"keys (fleet_serve_api_key), and the router puts one engine key on each request "
-                                    f"where teams have their own; accepted: one fleet_serve_api_key for every node "
-                                    f"serving the model")
+                first = served[name][0]
+                if host_vars.get("router_api_keys") and keys.get(node) != keys.get(first):
+                    problems.append(f"{where}.name = {name!r}: {node} and {first} serve it with different engine "
+                                    f"keys (the model's secret_env.VLLM_API_KEY, else fleet_serve_api_key), and the "
+                                    f"router puts one engine key on each request where teams have their own; "
+                                    f"accepted: one engine key for every node serving the model")
                 if router.unreachable_from(address, node, node_vars, model):
                     problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
                                     f"which the router at {address} cannot reach; accepted: a listen address the "
