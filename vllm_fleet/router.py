@@ -111,12 +111,16 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
     return out
 
 
+def server_key(host_vars: dict, model_name: Any) -> str:
+    """The key the engine of the host's model `model_name` (its inventory name) asks for: the
+    model's own secret_env.VLLM_API_KEY over the host's fleet_serve_api_key (models.engine_api_key)."""
+    model = inventory_model(host_vars.get("fleet_models"), model_name)
+    return engine_api_key(model, host_vars.get("fleet_serve_api_key"))
+
+
 def server_keys(backend: dict, fleet_hosts: dict[str, dict]) -> dict[str, str]:
-    """Each server's engine key (host -> the key its engine asks for: the model's own
-    secret_env.VLLM_API_KEY over its host's fleet_serve_api_key, models.engine_api_key)."""
-    return {server["host"]: engine_api_key(inventory_model(fleet_hosts.get(server["host"], {}).get("fleet_models"),
-                                                           server.get("model")),
-                                           fleet_hosts.get(server["host"], {}).get("fleet_serve_api_key"))
+    """Each server's engine key: host -> server_key."""
+    return {server["host"]: server_key(fleet_hosts.get(server["host"], {}), server.get("model"))
             for server in backend.get("servers") or []}
 
 

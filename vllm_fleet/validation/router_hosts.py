@@ -126,12 +126,13 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                 problems.append(f"{where}.name = {name!r}: no fleet node serves a model of that name"
                                 + (f" (did you mean {close[0]!r}?)" if close else "")
                                 + f"; accepted: a served model name of the fleet ({known})")
-            keys = router.server_keys(next(iter(router.backends([entry], fleet_hosts)), {}), fleet_hosts)
+            keys: dict[str, str] = {}
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
                 model = next(m for m in served_models(node_vars, node) if name in m["served_model_name"])
+                keys[node] = router.server_key(node_vars, model["name"])
                 first = served[name][0]
-                if host_vars.get("router_api_keys") and keys.get(node) != keys.get(first):
+                if host_vars.get("router_api_keys") and keys[node] != keys[first]:
                     problems.append(f"{where}.name = {name!r}: {node} and {first} serve it with different engine "
                                     f"keys (the model's secret_env.VLLM_API_KEY, else fleet_serve_api_key), and the "
                                     f"router puts one engine key on each request where teams have their own; "
