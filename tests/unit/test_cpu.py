@@ -203,7 +203,8 @@ def test_the_tiny_chat_model_holds_seed_000s_conversations():
     assert longest * 1.5 < spec["context"]
 
 
-def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
+def _lab_manifest() -> tuple[LabPaths, str, dict]:
+    """A unit lab's paths, web URL and the manifest `lab up` would write for its CPU nodes."""
     paths = LabPaths("unit", 30000)
     web = paths.web_url
     manifest = {"pypi": {"index_url": f"{web}/pypi/simple/"}, "pypi_cpu": {"index_url": f"{web}/pypi-cpu/simple/"},
@@ -211,6 +212,11 @@ def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
                         "vllm-fleet-lab/tiny-qwen2-embed": {"size_gb": 0.0009}},
                 "hub_endpoints": {"hf_endpoint": f"{web}/huggingface", "modelscope_endpoint": f"{web}/modelscope"},
                 "git": {}, "artifacts": {}}
+    return paths, web, manifest
+
+
+def test_the_lab_inventory_of_a_cpu_node_is_valid(tmp_path):
+    paths, web, manifest = _lab_manifest()
     node = Node(name=HOST, vendor="cpu", index=0, ssh_port=30001, machine="vf-unit-cpu-01")
     ctx = inventory.render_context(paths, [node], manifest)
     host_vars = lab_host_vars(ctx, node, "cpu-nodes")
@@ -235,13 +241,7 @@ def test_a_lab_router_beside_cpu_nodes_routes_their_chat_model(tmp_path):
     each on a port of its own block; the whole inventory passes validation."""
     from vllm_fleet.validation import validate_inventory
 
-    paths = LabPaths("unit", 30000)
-    web = paths.web_url
-    manifest = {"pypi": {"index_url": f"{web}/pypi/simple/"}, "pypi_cpu": {"index_url": f"{web}/pypi-cpu/simple/"},
-                "hub": {"vllm-fleet-lab/tiny-qwen2-chat": {"size_gb": 0.0005},
-                        "vllm-fleet-lab/tiny-qwen2-embed": {"size_gb": 0.0009}},
-                "hub_endpoints": {"hf_endpoint": f"{web}/huggingface", "modelscope_endpoint": f"{web}/modelscope"},
-                "git": {}, "artifacts": {}}
+    paths, web, manifest = _lab_manifest()
     cpu_node = Node(name=HOST, vendor="cpu", index=0, ssh_port=30001, machine="vf-unit-cpu-01")
     router = Node(name="router-01", vendor="router", index=1, ssh_port=30002, machine="vf-unit-router-01")
     ctx = inventory.render_context(paths, [cpu_node, router], manifest)
