@@ -198,8 +198,7 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
             unreachable = (f"it listens on {model['listen']} only, on a node the controller reaches at "
                            f"{hv.get('ansible_host') or host}; give it a listen address (fleet_serve_listen "
                            "or the model's listen)") if router.unreachable_from("127.0.0.1", host, hv, model) else None
-            key = fleet_models.engine_api_key(fleet_models.inventory_model(hv.get("fleet_models"), model["name"]),
-                                              hv.get("fleet_serve_api_key"))
+            key = fleet_models.host_engine_api_key(hv, model["name"])
             out.append(Target(host=host, name=model["name"], served=model["served_model_name"][0],
                               url=base_url(router.node_address(host, hv, model), model["port"]),
                               names=[n for n in names if n], api_key=key, unreachable=unreachable))

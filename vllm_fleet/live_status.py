@@ -41,7 +41,7 @@ from pathlib import Path
 
 from vllm_fleet import router
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
-from vllm_fleet.models import engine_api_key, inventory_model
+from vllm_fleet.models import host_engine_api_key
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
 from vllm_fleet.secrets import secret_values as all_secret_values
@@ -547,8 +547,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
                 if direct else model["url"]
             row = ModelStatus(node=host, model=model["served_model_name"][0], name=model["name"], unit=model["unit"],
                               url=url, via="controller" if direct else "ssh", devices=list(model.get("devices") or []))
-            keys[id(row)] = engine_api_key(inventory_model(host_vars.get("fleet_models"), model["name"]),
-                                           host_vars.get("fleet_serve_api_key"))
+            keys[id(row)] = host_engine_api_key(host_vars, model["name"])
             rows.append(row)
     # The engines' keys and every value of `secrets`, at any depth (as the API masks them).
     secret_values = sorted({k for k in keys.values() if len(k.strip()) >= MIN_MASKED_LENGTH}

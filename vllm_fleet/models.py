@@ -91,6 +91,12 @@ def engine_api_key(model: Any, group_key: Any = None) -> str:
     return ""
 
 
+def host_engine_api_key(host_vars: dict, name: Any) -> str:
+    """engine_api_key of the host's model `name` (its inventory name), with the host's
+    fleet_serve_api_key as the group's: what every reader of a node's models sends."""
+    return engine_api_key(inventory_model(host_vars.get("fleet_models"), name), host_vars.get("fleet_serve_api_key"))
+
+
 def access(model: dict, listen: Any = None, api_key: bool = False, unauthenticated: bool = False) -> dict:
     """Where a model listens and how it is protected: its own `listen`, `unauthenticated` and
     secret_env.VLLM_API_KEY over its group's (fleet_serve_listen, whether fleet_serve_api_key

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from vllm_fleet.models import WILDCARDS, engine_api_key, inventory_model, url_host
+from vllm_fleet.models import WILDCARDS, host_engine_api_key, url_host
 from vllm_fleet.role_specs import role_default
 from vllm_fleet.router import is_pool, node_address, served_models
 
@@ -77,9 +77,7 @@ def api_keys(fleet_hosts: dict[str, dict]) -> dict[str, str]:
     for host in sorted(fleet_hosts):
         for model in served_models(fleet_hosts[host], host):
             if model.get("api_key"):
-                host_vars = fleet_hosts[host]
-                keys[credentials_file(host, model)] = engine_api_key(
-                    inventory_model(host_vars.get("fleet_models"), model["name"]), host_vars.get("fleet_serve_api_key"))
+                keys[credentials_file(host, model)] = host_engine_api_key(fleet_hosts[host], model["name"])
     return keys
 
 

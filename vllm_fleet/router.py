@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vllm_fleet.models import WILDCARDS, engine_api_key, inventory_model, is_loopback, resolve_models
+from vllm_fleet.models import WILDCARDS, host_engine_api_key, is_loopback, resolve_models
 
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -111,16 +111,9 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
     return out
 
 
-def server_key(host_vars: dict, model_name: Any) -> str:
-    """The key the engine of the host's model `model_name` (its inventory name) asks for: the
-    model's own secret_env.VLLM_API_KEY over the host's fleet_serve_api_key (models.engine_api_key)."""
-    model = inventory_model(host_vars.get("fleet_models"), model_name)
-    return engine_api_key(model, host_vars.get("fleet_serve_api_key"))
-
-
 def server_keys(backend: dict, fleet_hosts: dict[str, dict]) -> dict[str, str]:
-    """Each server's engine key: host -> server_key."""
-    return {server["host"]: server_key(fleet_hosts.get(server["host"], {}), server.get("model"))
+    """Each server's engine key: host -> the key its engine asks for (models.host_engine_api_key)."""
+    return {server["host"]: host_engine_api_key(fleet_hosts.get(server["host"], {}), server.get("model"))
             for server in backend.get("servers") or []}
 
 

@@ -6,7 +6,7 @@ import difflib
 import re
 
 from vllm_fleet import router
-from vllm_fleet.models import engine_api_key
+from vllm_fleet.models import engine_api_key, host_engine_api_key
 from vllm_fleet.validation.ports import in_group, listener_problems, served_models
 from vllm_fleet.validation.problem import Problem, _describe
 from vllm_fleet.validation.roles import role_variable_problems
@@ -130,7 +130,7 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
                 model = next(m for m in served_models(node_vars, node) if name in m["served_model_name"])
-                keys[node] = router.server_key(node_vars, model["name"])
+                keys[node] = host_engine_api_key(node_vars, model["name"])
                 first = served[name][0]
                 if host_vars.get("router_api_keys") and keys[node] != keys[first]:
                     problems.append(f"{where}.name = {name!r}: {node} and {first} serve it with different engine "
