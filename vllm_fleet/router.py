@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vllm_fleet.models import WILDCARDS, host_engine_api_key, is_loopback, resolve_models
+from vllm_fleet.models import WILDCARDS, host_engine_api_key, is_loopback, resolve_models, url_host
 
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -127,8 +127,7 @@ def engine_key(backend: dict, fleet_hosts: dict[str, dict]) -> str:
 
 def worker_url(server: dict) -> str:
     """A server of a backend as vllm-router names its workers (`--worker-urls`, /add_worker)."""
-    address = server["address"]
-    return f"http://{f'[{address}]' if ':' in address else address}:{server['port']}"
+    return f"http://{url_host(server['address'])}:{server['port']}"
 
 
 def pool_argv(backend: dict, executable: str, check_interval: Any, check_fall: int, check_rise: int,
@@ -167,10 +166,9 @@ def nginx_listen(listen: Any, port: Any) -> str:
     """nginx's `listen` of a server on `listen`:`port`: the port alone for IPv4's wildcard (every
     IPv4 address), `[address]:port` for IPv6, `address:port` otherwise."""
     listen = str(listen if listen is not None else "")
-    if listen in ("", "0.0.0.0", "*"):
+    if listen in WILDCARDS and ":" not in listen:
         return str(int(port))
-    address = listen.strip("[]")
-    return f"[{address}]:{int(port)}" if ":" in address else f"{address}:{int(port)}"
+    return f"{url_host(listen)}:{int(port)}"
 
 
 def router_listeners(router_models: list[dict], listen_address: str) -> list[tuple[str, Any]]:
