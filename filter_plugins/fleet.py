@@ -14,10 +14,10 @@ from ansible.errors import AnsibleFilterError
 # Ansible loads this file in every worker process that renders one of these filters, so
 # it imports only what those need; validation (jsonschema) is imported by its filters.
 try:
-    from vllm_fleet import cluster, models, monitoring, release, render, router, state
+    from vllm_fleet import cluster, models, monitoring, project, release, render, router, state
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from vllm_fleet import cluster, models, monitoring, release, render, router, state
+    from vllm_fleet import cluster, models, monitoring, project, release, render, router, state
 
 
 def _plain(value):
@@ -53,6 +53,15 @@ def _validated_vars(hostvars, host):
     wanted = set(validation.fleet_variables()) | set(validation.role_options()) | set(validation.CONNECTION_VARIABLES)
     names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
     return {k: _plain(hv[k]) for k in names}
+
+
+def fleet_inputs_digest(hostvars, host):
+    """One digest of what `host`'s converge reads on the controller (vllm_fleet.state.inputs_digest):
+    its variables as validation reads them and vllm-fleet's own files."""
+    try:
+        return state.inputs_digest(_validated_vars(hostvars, host), project.code_digest())
+    except Exception as exc:  # the message must not carry a variable's value (secrets): name the filter only
+        raise AnsibleFilterError(f"fleet_inputs_digest: {type(exc).__name__}") from None
 
 
 def _fleet_and_monitoring(hostvars):
@@ -349,6 +358,7 @@ class FilterModule:
             "haproxy_quote": haproxy_quote,
             "tiktoken_cache_key": tiktoken_cache_key,
             "fleet_units_to_start": fleet_units_to_start,
+            "fleet_inputs_digest": fleet_inputs_digest,
             "fleet_install_action": fleet_install_action,
             "fleet_doctor_row": fleet_doctor_row,
             "fleet_doctor_mismatch": fleet_doctor_mismatch,

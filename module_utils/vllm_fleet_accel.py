@@ -665,3 +665,122 @@ def read_cpu(proc_path='/proc', node_path='/sys/devices/system/node', machine=No
         'cpu': {'model_name': cpuinfo['model_name'], 'logical_cpus': cpuinfo['logical_cpus'],
                 'isa': cpuinfo['isa'], 'memory_mb': memory_mb},
     }
+
+
+# ---------------------------------------------------------------------------
+# Gathering (library/accelerator_facts.py and library/fleet_state.py)
+# ---------------------------------------------------------------------------
+# Keep error texts short in facts: a failing tool can print pages.
+ERROR_TAIL_LINES = 5
+
+
+def locate_tool(module, vendor, smi_path):
+    """Return ``(path, error)`` for the vendor tool; ``path`` is None when not usable."""
+    spec = VENDORS[vendor]
+    if smi_path:
+        if os.path.isfile(smi_path) and os.access(smi_path, os.X_OK):
+            return smi_path, None
+        return smi_path, '%s is not an executable file' % smi_path
+    path = module.get_bin_path(spec['tool'], opt_dirs=spec['tool_dirs'])
+    if path:
+        return path, None
+    return None, '%s not found in %s, on PATH or in the sbin directories' % (
+        spec['tool'], ', '.join(spec['tool_dirs']))
+
+
+def run_tool(module, path, args):
+    """Run the tool in the C locale; never fails the module (a broken tool is a fact)."""
+    try:
+        return module.run_command([path] + list(args), environ_update={'LC_ALL': 'C'},
+                                  handle_exceptions=False)
+    except OSError as exc:
+        return None, '', '%s: %s' % (path, exc.strerror or exc)
+
+
+def error_text(rc, out, err):
+    """The tool's own words on why it failed: stderr, else stdout (npu-smi uses stdout)."""
+    text = (err or '').strip() or (out or '').strip()
+    if not text:
+        return 'exited with status %s and printed nothing' % rc
+    return '\n'.join(text.splitlines()[-ERROR_TAIL_LINES:])
+
+
+def ascend_firmware(module, path, devices):
+    """Firmware version from ``npu-smi info -t board`` of the first NPU, or None."""
+    if not devices:
+        return None
+    rc, out, _err = run_tool(module, path, ['info', '-t', 'board', '-i', str(devices[0]['index'])])
+    if rc != 0:
+        return None
+    return parse_npu_smi_keyvalues(out).get('Firmware Version')
+
+
+def gather(module, params):
+    """Collect the facts; the only side effect is running the vendor tool read-only.
+
+    ``module`` runs the tool (an AnsibleModule: get_bin_path, run_command, fail_json);
+    ``params`` holds vendor, pci_path, dev_path, smi_path, proc_path and node_path
+    (library/accelerator_facts.py's options, which library/fleet_state.py passes on too).
+    """
+    if params['vendor'] == 'cpu':
+        return read_cpu(params['proc_path'], params['node_path'])
+    functions = scan_pci(params['pci_path'])
+    vendor = params['vendor'] or detect_vendor(functions)
+
+    if params['smi_path'] and vendor is None:
+        module.fail_json(msg='smi_path=%s needs vendor: no accelerator was found under %s to '
+                             'tell which tool it is' % (params['smi_path'], params['pci_path']))
+
+    facts = {
+        'vendor': vendor,
+        'vendor_id': VENDORS[vendor]['pci_vendor_id'] if vendor else None,
+        'family': None,
+        'model': None,
+        'count': 0,
+        'pci_devices': [],
+        'device_nodes': [],
+        'device_node_count': 0,
+        'missing_device_nodes': [],
+        'smi': {'tool': None, 'path': None, 'available': False, 'rc': None,
+                'error': 'no accelerator vendor given or found on PCI'},
+        'driver_version': None,
+        'firmware_version': None,
+        'devices': [],
+        'health': 'unknown',
+    }
+    if vendor is None:
+        return facts
+
+    mine = [f for f in functions if f['vendor'] == vendor]
+    facts['pci_devices'] = [{key: f[key] for key in ('address', 'vendor_id', 'device_id', 'family')}
+                            for f in mine]
+    facts['count'] = len(mine)
+    facts['family'] = mine[0]['family'] if mine else None
+
+    nodes = find_device_nodes(params['dev_path'], vendor)
+    facts['device_nodes'] = nodes['nodes']
+    facts['device_node_count'] = nodes['per_device_count']
+    facts['missing_device_nodes'] = nodes['missing']
+
+    path, error = locate_tool(module, vendor, params['smi_path'])
+    smi = {'tool': VENDORS[vendor]['tool'], 'path': path, 'available': False, 'rc': None,
+           'error': error}
+    facts['smi'] = smi
+    if error:
+        return facts
+
+    rc, out, err = run_tool(module, path, LISTING_ARGS[vendor])
+    smi['rc'] = rc
+    if rc != 0:
+        smi['error'] = error_text(rc, out, err)
+        return facts
+    smi['available'] = True
+
+    parsed = PARSERS[vendor](out)
+    facts['devices'] = parsed['devices']
+    facts['driver_version'] = parsed['driver_version']
+    facts['model'] = parsed['devices'][0]['name'] if parsed['devices'] else None
+    facts['health'] = overall_health(parsed['devices'])
+    if vendor == 'ascend':
+        facts['firmware_version'] = ascend_firmware(module, path, parsed['devices'])
+    return facts

@@ -542,8 +542,14 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                               if rollout is not None else None))
 
 
-def provision(inventory, limit=None, extravars=None, check=False, **kwargs) -> RunResult:
-    """Provision the inventory's nodes with site.yml (all stages, or `limit`)."""
+def provision(inventory, limit=None, extravars=None, check=False, full=False, **kwargs) -> RunResult:
+    """Provision the inventory's nodes with site.yml (all stages, or `limit`).
+
+    A node still as its last converge left it, with the same inputs, skips its steps after one
+    read of its state (playbooks/tasks/converge-node.yml); `full` sends every node through
+    them (the extra var fleet_full).
+    """
+    extravars = {**(extravars or {}), **({"fleet_full": True} if full else {})}
     return run_playbook("site.yml", inventory, limit=limit, extravars=extravars, check=check, **kwargs)
 
 

@@ -1,6 +1,6 @@
 """The `vllm-fleet` command line.
 
-    vllm-fleet provision [-i INVENTORY] [-l GROUP] [--check] [-e VARS] [--secrets FILE] [--json]
+    vllm-fleet provision [-i INVENTORY] [-l GROUP] [--check] [--full] [-e VARS] [--secrets FILE] [--json]
     vllm-fleet plan      [-i INVENTORY] -o DIR [-l GROUP] [--json]
     vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
@@ -169,7 +169,7 @@ def cmd_run(args) -> int:
         kwargs["private_data_dir"] = args.private_data_dir
     try:
         if args.command == "provision":
-            result = api.provision(inventory, check=args.check, **kwargs)
+            result = api.provision(inventory, check=args.check, full=args.full, **kwargs)
         elif args.command == "doctor":
             result = api.doctor(inventory, **kwargs)
         elif args.command == "rollback":
@@ -326,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("provision", help="provision the nodes (site.yml)")
     run_options(p, check=True)
+    p.add_argument("--full", action="store_true",
+                   help="every node takes its full converge, even one still as its last converge left it")
     p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
     p.set_defaults(func=cmd_run)
     for name, help_text in (("doctor", "compare installed versions with the matrix"),

@@ -1,7 +1,26 @@
 """Where the project's files are (roles, playbooks, module_utils, ansible.cfg): the checkout
 holding site.yml. Re-exported as vllm_fleet.PROJECT_DIR."""
 
+import hashlib
 from pathlib import Path
 
 #: Root of the vllm-fleet project (the checkout holding site.yml).
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+#: What a run of the playbooks reads of the project itself: a change to any of it may change
+#: what a node gets, so it is part of each node's inputs digest (vllm_fleet.state.inputs_digest).
+CODE_PATHS = ("site.yml", "ansible.cfg", "playbooks", "roles", "library", "module_utils", "filter_plugins",
+              "vllm_fleet")
+
+
+def code_digest(root: Path = PROJECT_DIR) -> str:
+    """sha256 over the path and content of every file of CODE_PATHS (bytecode caches left out)."""
+    digest = hashlib.sha256()
+    for top in CODE_PATHS:
+        base = root / top
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for path in files:
+            if "__pycache__" in path.parts or path.suffix == ".pyc":
+                continue
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -1,12 +1,17 @@
 """Reading what a node reports about its own state (pure functions, used through filters).
 
 - :func:`units_to_start`: which units `systemctl show` reports as not enabled or not running;
+- :func:`inputs_digest`: what a node's converge reads on the controller, as one digest
+  (``library/fleet_state.py`` keeps it with the node's state);
 - :func:`install_action`: what an installer must do about one row of
   ``library/fleet_versions.py``, the module doctor uses, so that an install role and
   doctor can never disagree about "is this version installed".
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
 
 
 def units_to_start(show_output: str) -> list[str]:
@@ -46,3 +51,25 @@ def driver_mismatch(row: dict) -> str:
     """The sentence for a loaded driver that is not the matrix's (row of kind smi)."""
     found = f"loaded {row['installed']}" if row.get("installed") else row.get("detail") or "not loaded"
     return f"driver: expected {row.get('expected')}, {found}"
+
+
+# Variables that say how this run goes, not what a node should be: never part of the inputs.
+RUN_ONLY = ("fleet_full", "fleet_check_mode_stopped")
+RUN_ONLY_PREFIXES = ("fleet_rollout_",)
+# Where Ansible reaches a node from is not what the node is (two controllers may differ).
+CONNECTION_ONLY = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_user", "remote_user",
+                   "ansible_become_user", "ansible_connection", "ansible_python_interpreter",
+                   "ansible_ssh_private_key_file")
+
+
+def inputs_digest(host_vars: dict, code: str) -> str:
+    """sha256 of a host's variables (as validation reads them: every fleet_* and role variable and
+    its groups) and of vllm-fleet's own files (``code``, vllm_fleet.project.code_digest).
+
+    Two runs with the same digest give the node the same files, packages and units, so a node
+    still as its last converge left it (``library/fleet_state.py``) has nothing to do.
+    """
+    kept = {name: value for name, value in host_vars.items()
+            if name not in RUN_ONLY and name not in CONNECTION_ONLY and not name.startswith(RUN_ONLY_PREFIXES)}
+    blob = json.dumps({"code": code, "vars": kept}, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -1,8 +1,16 @@
-"""A converged fleet drifts in eight ways; the next run repairs exactly those and the one after changes nothing."""
+"""A converged fleet drifts in eight ways; the next run repairs exactly those and the one after changes
+nothing, on the fast path (playbooks/tasks/converge-node.yml: one read of each node's state). The
+record that read compares with holds every path a fresh converge wrote (a part it forgot would be a
+false "converged")."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+
 from tests.lab.conftest import LAB, changed_tasks, recap, run_playbook
+from vllm_fleet.lab.paths import STATE_DIR
 
 HOSTS = ("ascend-01", "ascend-02", "nvidia-01", "nvidia-02")
 UNIT = "vllm-gpt-oss-120b"
@@ -19,11 +27,54 @@ MODEL_MARKER = "/home/models/GPT-OSS/.vllm-fleet-complete"
 DRIVER = "nvidia-driver-570"
 
 
+# What a node holds that is not a converge's doing, or is a converge's through dpkg (its status file,
+# in the record, has every package's version and hold): the lab's own files (SSH, the simulated
+# hardware), what the system writes while it runs, and what packages install.
+NOT_CONVERGE = ("/proc", "/sys", "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/lib/systemd",
+                "/var/lib/apt", "/var/lib/dpkg", "/var/lib/vllm-fleet", "/root", "/etc/ssh", "/etc/vllm-fleet-lab",
+                "/usr/local/lib/vllm-fleet-lab", "/etc/machine-id", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf",
+                "/etc/shadow", "/etc/gshadow", "/etc/.pwd.lock", "/etc/passwd-", "/etc/group-", "/etc/shadow-",
+                "/etc/gshadow-", "/etc/ld.so.cache", "/usr/bin", "/usr/lib", "/usr/sbin", "/usr/share", "/lib",
+                "/etc/init.d", "/etc/logrotate.d", *(f"/etc/rc{n}.d" for n in range(7)))
+STEPS = re.compile(r"^included: \S*/converge-steps\.yml for (.+)$", re.M)
+
+
+def took_steps(stdout: str) -> set[str]:
+    """The hosts that went through their full converge (the include of tasks/converge-steps.yml)."""
+    return {host.strip() for line in STEPS.findall(stdout) for host in line.split(",")}
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def test_the_record_holds_every_path_a_converge_wrote(lab):
+    """Each node's overlay holds every file the lab's boot and the converges wrote on it: each one is
+    under the record's roots (or a directory above them), or is no converge's."""
+    run_playbook(check=True)
+    for host in HOSTS:
+        node = STATE_DIR / LAB / "nodes" / host
+        record = json.loads((node / "root" / "var/lib/vllm-fleet/state.json").read_text())
+        covered = [*record["roots"], *record["installs"], *record["dirs"], *record["skip"]]
+        assert covered and record["entries"], host
+        forgotten = []
+        for top, dirs, files in os.walk(node / "upper"):
+            for name in dirs + files:
+                path = "/" + os.path.relpath(os.path.join(top, name), node / "upper")
+                if _under(path, covered) or _under(path, NOT_CONVERGE):
+                    continue
+                if any(root.startswith(path + "/") for root in [*covered, *NOT_CONVERGE]):
+                    continue  # a directory above a root
+                forgotten.append(path)
+        assert forgotten == [], f"{host}: a converge wrote these, the record of its state does not hold them"
+
+
 def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
-    # Converged first (other tests may have changed things), then proven quiet.
+    # Converged first (other tests may have changed things), then proven quiet, on the fast path.
     run_playbook(check=True)
     quiet = run_playbook(check=True)
     assert {h: recap(quiet.stdout)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0), quiet.stdout[-3000:]
+    assert took_steps(quiet.stdout) == set(), quiet.stdout[-3000:]
     release = lab.run(LAB, "nvidia-02", f"readlink {CURRENT}").strip()
     assert release.startswith("releases/"), release
     assert DRIVER in lab.run(LAB, "nvidia-01", "apt-mark showhold").split()
@@ -46,6 +97,7 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
     assert lab.run(LAB, "nvidia-02", f"readlink {CURRENT}").strip() == "releases/by-hand"
 
     fix = run_playbook(check=True)
+    assert took_steps(fix.stdout) == set(HOSTS), fix.stdout[-3000:]
     changed = changed_tasks(fix.stdout)
     assert set(changed) == set(HOSTS), changed
     assert "vllm_service : Write the launcher, the readiness helper and each model's environment and unit" \
@@ -82,3 +134,9 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
 
     again = run_playbook(check=True)
     assert {h: recap(again.stdout)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0), again.stdout[-3000:]
+    assert took_steps(again.stdout) == set(), again.stdout[-3000:]
+
+    # --full (the extra var fleet_full) takes every node through its steps, and changes nothing.
+    full = run_playbook("-e", "fleet_full=true", check=True)
+    assert took_steps(full.stdout) == set(HOSTS), full.stdout[-3000:]
+    assert {h: recap(full.stdout)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0), full.stdout[-3000:]

@@ -12,7 +12,7 @@ from vllm_fleet import vendors
 ROOT = Path(__file__).resolve().parents[2]
 #: What every vendor contract (roles/<vendor>/vars/main.yml) must say; docs/CONTRIBUTING-VENDOR.md explains each.
 CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "shared_devices", "unit_devices",
-                 "packages", "release", "runtime", "cluster", "driver", "doctor", "image", "container"}
+                 "packages", "installs", "release", "runtime", "cluster", "driver", "doctor", "image", "container"}
 RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 
@@ -37,12 +37,22 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     assert in_place["strategy"] == "free"
     assert [r["role"] for r in in_place["roles"]] == ["fleet"]
     assert [t["ansible.builtin.import_tasks"] for t in in_place["tasks"]] == ["tasks/converge-node.yml"]
-    steps_file = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
-    steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in steps_file]
+    node = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
+    # One read of the node's state first; the steps, included as one unit, only where it is needed;
+    # the report on every node.
+    assert node[0]["fleet_state"]["inputs"] == "{{ hostvars | fleet_inputs_digest(inventory_hostname) }}"
+    (include,) = [t for t in node if "ansible.builtin.include_tasks" in t]
+    assert include["ansible.builtin.include_tasks"] == "converge-steps.yml"
+    assert include["when"] == "_fleet_full_path"
+    assert node[-1]["ansible.builtin.import_role"]["name"] == "report"
+    steps_file = load(ROOT / "playbooks" / "tasks" / "converge-steps.yml")
+    steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in steps_file[:-1]]
     assert [s["name"] for s in steps] == ["preflight", "node_base", "{{ fleet_vendor.role }}", "tiktoken_cache",
-                                          "model_fetch", "fleet_release", "vllm_service", "monitoring", "report"]
+                                          "model_fetch", "fleet_release", "vllm_service", "monitoring"]
     # The vendor's role is chosen per node, at run time.
     assert "ansible.builtin.include_role" in steps_file[2]
+    # Last, the record the next run's read compares with.
+    assert steps_file[-1]["fleet_state"]["state"] == "record"
     # Exactly one of the two plays has hosts, decided from extra vars before any host's variables
     # are read (as `serial` is): the in-place one unless a rollout was asked for.
     assert in_place["hosts"] == "{{ 'fleet' if fleet_rollout_serial is not defined else 'fleet:!fleet' }}"
@@ -132,7 +142,7 @@ def test_the_monitoring_play_runs_on_the_monitoring_group_and_fleet_nodes_get_ex
     (play,) = load(ROOT / "playbooks" / "monitoring.yml")
     assert play["hosts"] == "monitoring"
     assert [r["role"] for r in play["roles"]] == ["monitoring"]
-    steps = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
+    steps = load(ROOT / "playbooks" / "tasks" / "converge-steps.yml")
     # Included, so that without monitoring hosts the whole step is one skipped task.
     (step,) = [t for t in steps if (t.get("ansible.builtin.include_role") or {}).get("name") == "monitoring"]
     assert step["ansible.builtin.include_role"]["tasks_from"] == "node_exporter.yml"
