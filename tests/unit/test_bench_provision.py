@@ -80,10 +80,11 @@ def test_derived_ratios(bench):
 
 def test_missing_figures_give_no_ratio_instead_of_an_error(bench):
     """A run stopped early (or --quick) still prints what it has."""
-    assert bench.derive({}) == {"noop_over_bare": None}
+    none = {"noop_over_bare": None, "noop_full_over_bare": None, "noop_full_over_noop": None}
+    assert bench.derive({}) == none
     partial = {"four_node": {"converge": _run(600.0), "noop": _run(90.0), "bare": _run(0.0)},
                "scaling": {"rows": [{"nodes": 1, "noop": _run(20.0)}, {"nodes": 4}]}}
-    assert bench.derive(partial) == {"noop_over_bare": None}
+    assert bench.derive(partial) == none
     assert "stopped early: boom" in bench.format_report({**partial, "error": "boom"})
 
 
@@ -98,6 +99,30 @@ def test_report_shows_every_figure_and_flags_a_run_that_was_not_a_no_op(bench):
     assert "no-op changed= per host: ascend-01 0, nvidia-01 3   [!! NOT A NO-OP: nvidia-01 changed=3]" in report
     row_16 = next(line for line in report.splitlines() if line.strip().startswith("16 "))
     assert "160.0 s" in row_16 and "10.0 s" in row_16
+
+
+def test_the_fast_path_figures_and_the_doc_page(bench):
+    """The --full no-op beside the fast one, the main process apart from its workers, and the
+    docs page with its verdicts against the targets."""
+    four = {**FIGURES["four_node"], "noop": _run(4.0), "noop_full": _run(30.0), "bare": _run(2.5)}
+    rows = [{"nodes": 1, "noop": {**_run(5.0, cpu=3.0), "cpu_main_s": 1.0, "cpu_forked_s": 2.0}},
+            {"nodes": 16, "noop": {**_run(9.0, cpu=19.2), "cpu_main_s": 6.4, "cpu_forked_s": 12.8}}]
+    figures = {"meta": {"started": "20261202T180000Z", "cpus": 2}, "four_node": four,
+               "scaling": {"vendor": "nvidia", "rows": rows}}
+    figures["derived"] = bench.derive(figures)
+    assert figures["derived"]["noop_over_bare"] == pytest.approx(1.6)
+    assert figures["derived"]["noop_full_over_bare"] == pytest.approx(12.0)
+    report = bench.format_report(figures)
+    assert re.search(r"--full no-op / bare \(wall\) +12\.00\n", report)
+    row_16 = next(line for line in report.splitlines() if line.strip().startswith("16 "))
+    assert row_16.split()[8:14] == ["1.2", "s", "0.4", "s", "0.8", "s"], row_16  # per host: all, main, forked
+    doc = bench.render_doc(figures, report)
+    assert "no-op / bare play on the 4-node lab: **1.60** (target <= 2: met)" in doc
+    assert "at 16 nodes: **1.20 s** (target <= 1.5 s at 16: met)" in doc
+    assert "20261202T180000Z" in doc and "2 CPU(s)" in doc
+    assert report.rstrip() in doc
+    figures["scaling"]["rows"][1]["noop"]["cpu_s"] = 40.0
+    assert "(target <= 1.5 s at 16: NOT met)" in bench.render_doc(figures, report)
 
 
 def test_sizes(bench):
