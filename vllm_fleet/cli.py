@@ -227,7 +227,11 @@ def cmd_status(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    log = (lambda m: None) if args.json else (lambda m: print(f"==> {m}", file=sys.stderr))
+    started = time.monotonic()
+    # Each step with the seconds since the command began: what each phase of `lab up` takes
+    # (rootfs, mirrors and wheels, boot) shows in its output, as scripts/demo prints it.
+    log = (lambda m: None) if args.json else (
+        lambda m: print(f"==> [{time.monotonic() - started:6.1f} s] {m}", file=sys.stderr))
     try:
         if args.lab_command == "up":
             vendors = args.vendors.split(",") if args.vendors else list(lab.VENDORS)
