@@ -16,6 +16,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "inventories" / "example"
+# What the example's replicas of one served name differ in (they are of different vendors: the
+# weights each vendor runs, its dtype, its launch profile's context, the adapters a node has);
+# a router entry over the example lets these differ (validation refuses the others).
+EXAMPLE_DIFFERENCES = ["source", "dtype", "max_model_len", "lora_adapters"]
 GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes",
             "nvidia-01": "nvidia-nodes", "cpu-01": "cpu-nodes"}
 

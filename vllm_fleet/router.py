@@ -111,6 +111,39 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
     return out
 
 
+#: What every replica behind one router entry must agree on, so that a request gets the same
+#: behaviour wherever it lands (vendors, devices and ports may differ): name -> how to read it
+#: from a resolved model. An entry's `allow_differences` names the ones it lets differ.
+REPLICA_FIELDS = {
+    "served_model_name": lambda m: sorted(str(n) for n in m.get("served_model_name") or []),
+    "kind": lambda m: m.get("kind"),
+    "source": lambda m: m.get("source"),
+    "revision": lambda m: (m.get("serve") or {}).get("revision"),
+    "max_model_len": lambda m: (m.get("serve") or {}).get("max_model_len"),
+    "tokenizer": lambda m: [(m.get("serve") or {}).get(k) for k in ("tokenizer", "tokenizer_revision", "tokenizer_mode")],
+    "chat_template": lambda m: (m.get("serve") or {}).get("chat_template"),
+    "dtype": lambda m: (m.get("serve") or {}).get("dtype"),
+    "quantization": lambda m: (m.get("serve") or {}).get("quantization"),
+    "lora_adapters": lambda m: sorted(str(a.get("name")) for a in m.get("lora_adapters") or [] if isinstance(a, dict)),
+}
+
+
+def replica_differences(replicas: list[tuple[str, dict]], allowed=()) -> list[tuple[str, str, Any, str, Any]]:
+    """(field, first host, its value, other host, its value) for each REPLICA_FIELDS field on which a
+    replica (host, resolved model) differs from the first one; fields in `allowed` left out."""
+    out = []
+    if len(replicas) < 2:
+        return out
+    (first, first_model), *others = replicas
+    for field, read in REPLICA_FIELDS.items():
+        if field in allowed:
+            continue
+        for host, model in others:
+            if read(model) != read(first_model):
+                out.append((field, first, read(first_model), host, read(model)))
+    return out
+
+
 def server_keys(backend: dict, fleet_hosts: dict[str, dict]) -> dict[str, str]:
     """Each server's engine key: host -> the key its engine asks for (models.host_engine_api_key)."""
     return {server["host"]: host_engine_api_key(fleet_hosts.get(server["host"], {}), server.get("model"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ansible_playbook, example_hosts
+from tests.conftest import EXAMPLE_DIFFERENCES, ansible_playbook, example_hosts
 from vllm_fleet import router
 from vllm_fleet.validation import router_problems
 
@@ -20,7 +20,63 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def router_host(models, **extra):
+    if isinstance(models, list):  # a malformed value is passed on as it is
+        models = [{"allow_differences": EXAMPLE_DIFFERENCES, **m} if isinstance(m, dict) else m for m in models]
     return {"group_names": ["router"], "ansible_host": "192.0.2.5", "router_models": models, **extra}
+
+
+def test_replicas_that_differ_are_refused_naming_both_hosts():
+    """Every replica behind one name agrees on what a request's answer depends on (router.REPLICA_FIELDS),
+    unless the entry allows the difference; each field is checked, and the problem names both hosts."""
+    fleet = listening(example_hosts())
+    entry = {"name": "gpt-oss-20b", "port": 9000}
+    problems = router_problems({"r": router_host([entry], router_models=[entry])}, fleet)
+    assert [p.split(": ", 2)[1].split(" serve it")[0] for p in problems] == [
+        "router_models[0].name = 'gpt-oss-20b'"] * 3, problems
+    assert "metax-01 and nvidia-01 serve it with a different max_model_len (None and 32768)" in problems[1]
+    assert problems[1].endswith("accepted: the same max_model_len on every replica, or 'max_model_len' in the "
+                                "entry's allow_differences")
+    # Allowed, a difference is no problem; the others still are.
+    allowed = {**entry, "allow_differences": ["source", "lora_adapters"]}
+    (left,) = router_problems({"r": router_host([allowed], router_models=[allowed])}, fleet)
+    assert "different max_model_len" in left
+    # Each field, changed on one replica only, is found (two identical replicas of the nvidia node).
+    for field, read in router.REPLICA_FIELDS.items():
+        twins = {"nvidia-01": fleet["nvidia-01"], "nvidia-02": copy.deepcopy(fleet["nvidia-01"])}
+        model = next(m for m in twins["nvidia-02"]["fleet_models"] if m["name"] == "gpt-oss-20b")
+        assert router_problems({"r": router_host([entry], router_models=[entry])}, twins) == [], field
+        before = read(router.served_models(twins["nvidia-02"], "nvidia-02")[0])
+        serve = model.setdefault("serve", {})
+        {"served_model_name": lambda: serve.update(served_model_name=["gpt-oss-20b", "gpt"]),
+         "kind": lambda: model.update(kind="embed"),
+         "source": lambda: model.update(source={"type": "huggingface", "repo": "other/gpt-oss-20b"}),
+         "revision": lambda: serve.update(revision="abc123"),
+         "max_model_len": lambda: serve.update(max_model_len=4096),
+         "tokenizer": lambda: serve.update(tokenizer="/home/models/tok"),
+         "chat_template": lambda: serve.update(chat_template="/etc/t.jinja"),
+         "dtype": lambda: serve.update(dtype="float16"),
+         "quantization": lambda: serve.update(quantization="fp8"),
+         "lora_adapters": lambda: model.update(lora_adapters=[]),
+         }[field]()
+        assert read(router.served_models(twins["nvidia-02"], "nvidia-02")[0]) != before, field
+        problems = router_problems({"r": router_host([entry], router_models=[entry])}, twins)
+        assert any(f"nvidia-01 and nvidia-02 serve it with a different {field} " in p for p in problems), (field, problems)
+
+
+def test_a_source_url_with_credentials_is_not_shown():
+    fleet = listening(example_hosts())
+    twins = {"nvidia-01": fleet["nvidia-01"], "nvidia-02": copy.deepcopy(fleet["nvidia-01"])}
+    model = next(m for m in twins["nvidia-02"]["fleet_models"] if m["name"] == "gpt-oss-20b")
+    model["source"] = {"type": "git", "url": "https://user:s3cret-token@git.example/gpt-oss-20b.git"}
+    entry = {"name": "gpt-oss-20b", "port": 9000}
+    (problem,) = router_problems({"r": router_host([entry], router_models=[entry])}, twins)
+    assert "s3cret-token" not in problem and "https://***@git.example" in problem
+
+
+def test_the_spec_allows_exactly_the_replica_fields():
+    spec = yaml.safe_load((ROOT / "roles" / "router" / "meta" / "argument_specs.yml").read_text())
+    option = spec["argument_specs"]["main"]["options"]["router_models"]["options"]["allow_differences"]
+    assert option["choices"] == list(router.REPLICA_FIELDS)
 
 
 def test_backends_are_every_node_serving_the_model():

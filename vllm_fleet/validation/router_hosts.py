@@ -11,9 +11,24 @@ from vllm_fleet.validation.ports import in_group, listener_problems, served_mode
 from vllm_fleet.validation.problem import Problem, _describe
 from vllm_fleet.validation.roles import role_variable_problems
 
+#: The credentials of a URL (a git source with a token): never shown in a problem.
+_USERINFO = re.compile(r"//[^/@\s]+@")
 #: An HTTP header name (RFC 9110 token).
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}([.-]?[A-Za-z0-9]+)?$")
+
+
+def _shown(value) -> str:
+    return _USERINFO.sub("//***@", repr(value))
+
+
+def _replica_problems(where: str, entry: dict, replicas: list[tuple[str, dict]]) -> list[str]:
+    """Every replica behind the entry agrees on what a request's answer depends on (router.REPLICA_FIELDS)."""
+    allowed = entry.get("allow_differences") if isinstance(entry.get("allow_differences"), list) else []
+    return [f"{where}.name = {entry.get('name')!r}: {first} and {other} serve it with a different {field} "
+            f"({_shown(mine)} and {_shown(theirs)}), so a request's answer depends on the replica it lands on; "
+            f"accepted: the same {field} on every replica, or {field!r} in the entry's allow_differences"
+            for field, first, mine, other, theirs in router.replica_differences(replicas, allowed)]
 
 
 def _pool_problems(where: str, entry: dict) -> list[str]:
@@ -127,9 +142,11 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                                 + (f" (did you mean {close[0]!r}?)" if close else "")
                                 + f"; accepted: a served model name of the fleet ({known})")
             keys: dict[str, str] = {}
+            replicas: list[tuple[str, dict]] = []
             for node in served.get(name, []):
                 node_vars = fleet_hosts[node]
                 model = next(m for m in served_models(node_vars, node) if name in m["served_model_name"])
+                replicas.append((node, model))
                 keys[node] = host_engine_api_key(node_vars, model["name"])
                 first = served[name][0]
                 if host_vars.get("router_api_keys") and keys[node] != keys[first]:
@@ -141,5 +158,6 @@ def router_problems(routers: dict[str, dict], fleet_hosts: dict[str, dict]) -> l
                     problems.append(f"{where}.name = {name!r}: {node} serves it on {model['listen']} only (loopback), "
                                     f"which the router at {address} cannot reach; accepted: a listen address the "
                                     f"router reaches (fleet_serve_listen or the model's listen, with an API key)")
+            problems += _replica_problems(where, entry, replicas)
     # Their ports in the inventory's one registry of listeners (vllm_fleet.validation.ports).
     return problems + listener_problems({**in_group(fleet_hosts, "fleet"), **in_group(valid, "router")}, list(valid))
