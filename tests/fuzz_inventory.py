@@ -59,9 +59,10 @@ BASE_API_KEY = "fz-api-key-7Qw3Rt9Yp2Zx"
 FLEET_EXTRA = {"fleet_serve_listen": "0.0.0.0", "fleet_serve_api_key": BASE_API_KEY}
 EXTRA_HOSTS = {
     "router": {ROUTER: {"ansible_host": "192.0.2.5",
-                        "router_models": [{"name": "gpt-oss-20b", "port": 9000, "allow_differences": EXAMPLE_DIFFERENCES},
-                                          {"name": "bge-m3", "port": 9001, "allow_differences": EXAMPLE_DIFFERENCES},
-                                          {"name": "qwen3-0.6b", "port": 9002, "policy": "round_robin"}]}},
+                        "router_models": [
+                            {"name": "gpt-oss-20b", "port": 9000, "allow_differences": EXAMPLE_DIFFERENCES},
+                            {"name": "bge-m3", "port": 9001, "allow_differences": EXAMPLE_DIFFERENCES},
+                            {"name": "qwen3-0.6b", "port": 9002, "policy": "round_robin"}]}},
     "monitoring": {MONITOR: {"ansible_host": "192.0.2.6"}},
 }
 

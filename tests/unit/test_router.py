@@ -25,6 +25,21 @@ def router_host(models, **extra):
     return {"group_names": ["router"], "ansible_host": "192.0.2.5", "router_models": models, **extra}
 
 
+# One change per replica field: (in the model or its serve options, key, value).
+REPLICA_CHANGES = {
+    "served_model_name": ("serve", "served_model_name", ["gpt-oss-20b", "gpt"]),
+    "kind": ("model", "kind", "embed"),
+    "source": ("model", "source", {"type": "huggingface", "repo": "other/gpt-oss-20b"}),
+    "revision": ("serve", "revision", "abc123"),
+    "max_model_len": ("serve", "max_model_len", 4096),
+    "tokenizer": ("serve", "tokenizer", "/home/models/tok"),
+    "chat_template": ("serve", "chat_template", "/etc/t.jinja"),
+    "dtype": ("serve", "dtype", "float16"),
+    "quantization": ("serve", "quantization", "fp8"),
+    "lora_adapters": ("model", "lora_adapters", []),
+}
+
+
 def test_replicas_that_differ_are_refused_naming_both_hosts():
     """Every replica behind one name agrees on what a request's answer depends on (router.REPLICA_FIELDS),
     unless the entry allows the difference; each field is checked, and the problem names both hosts."""
@@ -47,20 +62,12 @@ def test_replicas_that_differ_are_refused_naming_both_hosts():
         assert router_problems({"r": router_host([entry], router_models=[entry])}, twins) == [], field
         before = read(router.served_models(twins["nvidia-02"], "nvidia-02")[0])
         serve = model.setdefault("serve", {})
-        {"served_model_name": lambda: serve.update(served_model_name=["gpt-oss-20b", "gpt"]),
-         "kind": lambda: model.update(kind="embed"),
-         "source": lambda: model.update(source={"type": "huggingface", "repo": "other/gpt-oss-20b"}),
-         "revision": lambda: serve.update(revision="abc123"),
-         "max_model_len": lambda: serve.update(max_model_len=4096),
-         "tokenizer": lambda: serve.update(tokenizer="/home/models/tok"),
-         "chat_template": lambda: serve.update(chat_template="/etc/t.jinja"),
-         "dtype": lambda: serve.update(dtype="float16"),
-         "quantization": lambda: serve.update(quantization="fp8"),
-         "lora_adapters": lambda: model.update(lora_adapters=[]),
-         }[field]()
+        where, key, value = REPLICA_CHANGES[field]
+        (model if where == "model" else serve)[key] = value
         assert read(router.served_models(twins["nvidia-02"], "nvidia-02")[0]) != before, field
         problems = router_problems({"r": router_host([entry], router_models=[entry])}, twins)
-        assert any(f"nvidia-01 and nvidia-02 serve it with a different {field} " in p for p in problems), (field, problems)
+        found = [p for p in problems if f"nvidia-01 and nvidia-02 serve it with a different {field} " in p]
+        assert found, (field, problems)
 
 
 def test_a_source_url_with_credentials_is_not_shown():
