@@ -118,14 +118,20 @@ REPLICA_FIELDS = {
     "served_model_name": lambda m: sorted(str(n) for n in m.get("served_model_name") or []),
     "kind": lambda m: m.get("kind"),
     "source": lambda m: m.get("source"),
-    "revision": lambda m: (m.get("serve") or {}).get("revision"),
-    "max_model_len": lambda m: (m.get("serve") or {}).get("max_model_len"),
-    "tokenizer": lambda m: [(m.get("serve") or {}).get(k) for k in ("tokenizer", "tokenizer_revision", "tokenizer_mode")],
-    "chat_template": lambda m: (m.get("serve") or {}).get("chat_template"),
-    "dtype": lambda m: (m.get("serve") or {}).get("dtype"),
-    "quantization": lambda m: (m.get("serve") or {}).get("quantization"),
+    "revision": lambda m: _serve(m, "revision"),
+    "max_model_len": lambda m: _serve(m, "max_model_len"),
+    "tokenizer": lambda m: _serve(m, "tokenizer", "tokenizer_revision", "tokenizer_mode"),
+    "chat_template": lambda m: _serve(m, "chat_template"),
+    "dtype": lambda m: _serve(m, "dtype"),
+    "quantization": lambda m: _serve(m, "quantization"),
     "lora_adapters": lambda m: sorted(str(a.get("name")) for a in m.get("lora_adapters") or [] if isinstance(a, dict)),
 }
+
+
+def _serve(model: dict, *keys: str):
+    """A resolved model's vllm serve option (several: their values, as a list)."""
+    serve = model.get("serve") or {}
+    return serve.get(keys[0]) if len(keys) == 1 else [serve.get(k) for k in keys]
 
 
 def replica_differences(replicas: list[tuple[str, dict]], allowed=()) -> list[tuple[str, str, Any, str, Any]]:
