@@ -3,6 +3,7 @@ disturbs the lab a person uses (`vllm-fleet lab up` with the default name)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,20 +29,31 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: order.get(item.module.__name__.rsplit(".", 1)[-1], 1))
 
 
-@pytest.fixture(scope="session")
-def lab():
+@contextlib.contextmanager
+def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, routers: int = 0):
+    """A lab of its own for the tests of a session, package or module (every lab fixture is this):
+    fresh nodes (tests expect nodes that were never provisioned), `nodes` per vendor and `routers`
+    router nodes, its inventory at `inventory`; yields the lab API, and removes the lab after, unless
+    VLLM_FLEET_KEEP_LAB=1 keeps it for a look at the nodes. Skips where the lab cannot run (not root)."""
     from vllm_fleet import lab as lab_api
 
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    # Fresh nodes every session (tests expect nodes that were never provisioned);
-    # VLLM_FLEET_KEEP_LAB=1 keeps the lab after the run for a look at the nodes.
-    lab_api.down(LAB, log=lambda m: None)
+    quiet = lambda m: None  # noqa: E731
+    lab_api.down(name, log=quiet)
+    lab_api.up(name, vendors=vendors, nodes_per_vendor=nodes, routers=routers, inventory_dir=inventory, log=quiet)
+    try:
+        yield lab_api
+    finally:
+        if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
+            lab_api.down(name, log=quiet)
+
+
+@pytest.fixture(scope="session")
+def lab():
     # Two nodes per vendor: failures on one node must leave its neighbour untouched.
-    lab_api.up(LAB, vendors=["ascend", "nvidia"], nodes_per_vendor=2, inventory_dir=INVENTORY, log=lambda m: None)
-    yield lab_api
-    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
-        lab_api.down(LAB, log=lambda m: None)
+    with lab_session(LAB, INVENTORY, ["ascend", "nvidia"], nodes=2) as lab_api:
+        yield lab_api
 
 
 OVERRIDES = ROOT / ".cache" / "itest" / "overrides.yml"

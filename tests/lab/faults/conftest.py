@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import lab_env as env
+from ..conftest import lab_session
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "faults"
@@ -34,16 +35,9 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def lab():
-    from vllm_fleet import lab as lab_api
-
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    lab_api.down(LAB, log=lambda m: None)
-    lab_api.up(LAB, vendors=["ascend"], nodes_per_vendor=2, inventory_dir=INVENTORY, log=lambda m: None)
-    yield lab_api
-    lab_api.set_faults(LAB, {})
-    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
-        lab_api.down(LAB, log=lambda m: None)
+    with lab_session(LAB, INVENTORY, ["ascend"], nodes=2) as lab_api:
+        yield lab_api
+        lab_api.set_faults(LAB, {})
 
 
 @pytest.fixture()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
+from tests.lab.conftest import answer_text, changed_tasks, chat_completion, lab_session, recap
 from tests.lab.conftest import lab_env as env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -51,36 +51,30 @@ def out(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def lab():
-    from vllm_fleet import lab as lab_api
     from vllm_fleet.lab.paths import lab_paths
 
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    lab_api.down(LAB, log=lambda m: None)
     start = time.monotonic()
-    lab_api.up(LAB, vendors=["nvidia"], nodes_per_vendor=2, inventory_dir=INVENTORY, log=lambda m: None)
-    print(f"\nlab up (2 NVIDIA nodes) {time.monotonic() - start:.1f} s")
-    # One model, without its LoRA adapters, spanning both nodes: both GPUs of each node
-    # (tensor parallel 2), one pipeline stage per node (pipeline parallel 2). Ray's port is
-    # one of the head's lab service ports (unique across labs on this host).
-    models_file = INVENTORY / "group_vars/nvidia-nodes/models.yml"
-    models = yaml.safe_load(models_file.read_text())
-    (model,) = [m for m in models["fleet_models"] if m["name"] == MODEL]
-    model["lora_adapters"] = []
-    model["serve"] = {k: v for k, v in model["serve"].items() if "lora" not in k}
-    model["serve"].update({"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
-    model["span"] = {"nodes": [HEAD, WORKER], "head": HEAD, "port": lab_paths(LAB).service_port(0, 10)}
-    models["fleet_models"] = [model]
-    models_file.write_text(yaml.safe_dump(models))
-    # Ray pinned in the matrix, at the release the lab's index serves.
-    versions = yaml.safe_load((ROOT / "lab/inventory/versions.yml").read_text())
-    matrix_file = INVENTORY / "group_vars/nvidia-nodes/matrix.yml"
-    matrix = yaml.safe_load(matrix_file.read_text())
-    matrix["fleet_matrix"]["ray"] = versions["nvidia"]["ray"]
-    matrix_file.write_text(yaml.safe_dump(matrix))
-    yield lab_api
-    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
-        lab_api.down(LAB, log=lambda m: None)
+    with lab_session(LAB, INVENTORY, ["nvidia"], nodes=2) as lab_api:
+        print(f"\nlab up (2 NVIDIA nodes) {time.monotonic() - start:.1f} s")
+        # One model, without its LoRA adapters, spanning both nodes: both GPUs of each node
+        # (tensor parallel 2), one pipeline stage per node (pipeline parallel 2). Ray's port is
+        # one of the head's lab service ports (unique across labs on this host).
+        models_file = INVENTORY / "group_vars/nvidia-nodes/models.yml"
+        models = yaml.safe_load(models_file.read_text())
+        (model,) = [m for m in models["fleet_models"] if m["name"] == MODEL]
+        model["lora_adapters"] = []
+        model["serve"] = {k: v for k, v in model["serve"].items() if "lora" not in k}
+        model["serve"].update({"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
+        model["span"] = {"nodes": [HEAD, WORKER], "head": HEAD, "port": lab_paths(LAB).service_port(0, 10)}
+        models["fleet_models"] = [model]
+        models_file.write_text(yaml.safe_dump(models))
+        # Ray pinned in the matrix, at the release the lab's index serves.
+        versions = yaml.safe_load((ROOT / "lab/inventory/versions.yml").read_text())
+        matrix_file = INVENTORY / "group_vars/nvidia-nodes/matrix.yml"
+        matrix = yaml.safe_load(matrix_file.read_text())
+        matrix["fleet_matrix"]["ray"] = versions["nvidia"]["ray"]
+        matrix_file.write_text(yaml.safe_dump(matrix))
+        yield lab_api
 
 
 def on_node(lab_api, node: str, command: str) -> str:

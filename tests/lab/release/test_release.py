@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, recap
+from tests.lab.conftest import answer_text, changed_tasks, chat_completion, lab_session, recap
 from tests.lab.conftest import lab_env as env
 from vllm_fleet.vendors import vendor_release_id
 
@@ -57,22 +57,15 @@ def group_matrix() -> dict:
 
 @pytest.fixture(scope="module")
 def lab():
-    from vllm_fleet import lab as lab_api
-
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    lab_api.down(LAB, log=lambda m: None)
-    lab_api.up(LAB, vendors=["nvidia"], nodes_per_vendor=1, inventory_dir=INVENTORY, log=lambda m: None)
-    # One model, without its LoRA adapters: the releases are the subject, not the models.
-    models_file = INVENTORY / "group_vars/nvidia-nodes/models.yml"
-    models = yaml.safe_load(models_file.read_text())
-    models["fleet_models"] = [{**m, "lora_adapters": []} for m in models["fleet_models"] if m["name"] == MODEL]
-    for model in models["fleet_models"]:
-        model["serve"] = {k: v for k, v in model["serve"].items() if "lora" not in k}
-    models_file.write_text(yaml.safe_dump(models))
-    yield lab_api
-    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
-        lab_api.down(LAB, log=lambda m: None)
+    with lab_session(LAB, INVENTORY, ["nvidia"]) as lab_api:
+        # One model, without its LoRA adapters: the releases are the subject, not the models.
+        models_file = INVENTORY / "group_vars/nvidia-nodes/models.yml"
+        models = yaml.safe_load(models_file.read_text())
+        models["fleet_models"] = [{**m, "lora_adapters": []} for m in models["fleet_models"] if m["name"] == MODEL]
+        for model in models["fleet_models"]:
+            model["serve"] = {k: v for k, v in model["serve"].items() if "lora" not in k}
+        models_file.write_text(yaml.safe_dump(models))
+        yield lab_api
 
 
 def on_node(lab_api, command: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, chat_completion, recap
+from tests.lab.conftest import answer_text, chat_completion, lab_session, recap
 from tests.lab.conftest import lab_env as env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,33 +65,27 @@ def group_matrix() -> dict:
 @pytest.fixture(scope="package")
 def routed():
     """The lab booted and converged; yields (lab API, router port). Timings go to the test's output."""
-    from vllm_fleet import lab as lab_api
     from vllm_fleet.lab.paths import lab_paths
 
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    lab_api.down(LAB, log=lambda m: None)
     start = time.monotonic()
-    lab_api.up(LAB, vendors=["nvidia"], nodes_per_vendor=2, routers=1, inventory_dir=INVENTORY, log=lambda m: None)
-    booted = time.monotonic()
-    port = lab_paths(LAB).service_port(2, 0)  # router-01 is the third node (index 2)
-    models = yaml.safe_load((INVENTORY / "group_vars/nvidia-nodes/models.yml").read_text())["fleet_models"]
-    model = next(m for m in models if m["name"] == MODEL)
-    model = {**model, "lora_adapters": [],
-             "serve": {k: v for k, v in model["serve"].items() if "lora" not in k}}
-    for node in NODES:
-        # A unit whose engine fails restarts after 2 s (not 10): the readiness gate gives up
-        # on a bad release after its restarts in seconds.
-        set_host_vars(node, fleet_models=[model], vllm_service_restart_sec=2)
-    set_host_vars(ROUTER, router_models=[{"name": MODEL, "port": port}], router_check_interval="1s")
-    proc = playbook()
-    converged = time.monotonic()
-    print(f"\nlab up {booted - start:.1f} s, site.yml {converged - booted:.1f} s")
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
-    assert set(recap(proc.stdout)) == {*NODES, ROUTER}
-    yield lab_api, port
-    if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
-        lab_api.down(LAB, log=lambda m: None)
+    with lab_session(LAB, INVENTORY, ["nvidia"], nodes=2, routers=1) as lab_api:
+        booted = time.monotonic()
+        port = lab_paths(LAB).service_port(2, 0)  # router-01 is the third node (index 2)
+        models = yaml.safe_load((INVENTORY / "group_vars/nvidia-nodes/models.yml").read_text())["fleet_models"]
+        model = next(m for m in models if m["name"] == MODEL)
+        model = {**model, "lora_adapters": [],
+                 "serve": {k: v for k, v in model["serve"].items() if "lora" not in k}}
+        for node in NODES:
+            # A unit whose engine fails restarts after 2 s (not 10): the readiness gate gives up
+            # on a bad release after its restarts in seconds.
+            set_host_vars(node, fleet_models=[model], vllm_service_restart_sec=2)
+        set_host_vars(ROUTER, router_models=[{"name": MODEL, "port": port}], router_check_interval="1s")
+        proc = playbook()
+        converged = time.monotonic()
+        print(f"\nlab up {booted - start:.1f} s, site.yml {converged - booted:.1f} s")
+        assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+        assert set(recap(proc.stdout)) == {*NODES, ROUTER}
+        yield lab_api, port
 
 
 def chat(port: int, timeout: float = 30, key: str | None = None) -> dict:
