@@ -98,6 +98,12 @@ def text(drv, css: str) -> str:
     return drv.execute_script("const e = document.querySelector(arguments[0]); return e ? e.textContent : null", css)
 
 
+def shown_text(drv, css: str) -> str | None:
+    """An element's text as shown (innerText), read in one script: a panel that re-renders between
+    finding an element and reading it (a Selenium element's .text) cannot make it stale."""
+    return drv.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : null", css)
+
+
 def last_reply_state(drv) -> str | None:
     return drv.execute_script(
         "const r = [...document.querySelectorAll('#messages .msg-assistant')].pop(); return r ? r.dataset.state : null")
@@ -355,11 +361,11 @@ def test_the_fleet_panel_shows_replicas_and_accelerators(page, driver, fake):
     fake.refresh_seconds = 1
     page.open()
     wait(driver, lambda d: "73%" in (text(d, "#fleet") or ""), message="the fleet panel never filled")
-    up = driver.find_element(By.CSS_SELECTOR, '#fleet .fleet-replica[data-node="nvidia-01"]').text
+    up = shown_text(driver, '#fleet .fleet-replica[data-node="nvidia-01"]')
     for part in ("up", "running 1", "waiting 2", "KV 13%", "#0 util 73% · mem 20.0 / 80.0 GiB",
                  "#1 util — · mem 1.0 / 80.0 GiB"):
         assert part in up, (part, up)
-    down = driver.find_element(By.CSS_SELECTOR, '#fleet .fleet-replica[data-node="nvidia-02"]').text
+    down = shown_text(driver, '#fleet .fleet-replica[data-node="nvidia-02"]')
     assert "down (503" in down
     fake.generated += 500  # between two refreshes: a rate appears
     wait(driver, lambda d: re.search(r"[1-9][\d.]* tok/s", text(d, '#fleet [data-stat="gen"]') or ""),
