@@ -138,7 +138,7 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
     # Tidied away by hand: a path under the record's roots is gone, which the run names. --full (the
     # extra var fleet_full) takes every node through its steps anyway, and they change nothing.
     lab.run(LAB, "nvidia-02", f"rmdir {ELSEWHERE}")
-    full = run_playbook("-e", "fleet_full=true", check=True)
+    full = run_playbook("-e", json.dumps({"fleet_full": True}), check=True)
     assert took_steps(full.stdout) == set(HOSTS), full.stdout[-3000:]
     assert f"{ELSEWHERE} is gone" in full.stdout, full.stdout[-3000:]
     assert {h: recap(full.stdout)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0), full.stdout[-3000:]
