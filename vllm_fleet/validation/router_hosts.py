@@ -11,22 +11,17 @@ from vllm_fleet.validation.ports import in_group, listener_problems, served_mode
 from vllm_fleet.validation.problem import Problem, _describe
 from vllm_fleet.validation.roles import role_variable_problems
 
-#: The credentials of a URL (a git source with a token): never shown in a problem.
-_USERINFO = re.compile(r"//[^/@\s]+@")
 #: An HTTP header name (RFC 9110 token).
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}([.-]?[A-Za-z0-9]+)?$")
 
 
-def _shown(value) -> str:
-    return _USERINFO.sub("//***@", repr(value))
-
-
 def _replica_problems(where: str, entry: dict, replicas: list[tuple[str, dict]]) -> list[str]:
-    """Every replica behind the entry agrees on what a request's answer depends on (router.REPLICA_FIELDS)."""
+    """Every replica behind the entry agrees on what a request's answer depends on (router.REPLICA_FIELDS).
+    The values are shown as they are: validate_inventory masks secrets and URL credentials in every problem."""
     allowed = entry.get("allow_differences") if isinstance(entry.get("allow_differences"), list) else []
     return [f"{where}.name = {entry.get('name')!r}: {first} and {other} serve it with a different {field} "
-            f"({_shown(mine)} and {_shown(theirs)}), so a request's answer depends on the replica it lands on; "
+            f"({mine!r} and {theirs!r}), so a request's answer depends on the replica it lands on; "
             f"accepted: the same {field} on every replica, or {field!r} in the entry's allow_differences"
             for field, first, mine, other, theirs in router.replica_differences(replicas, allowed)]
 
