@@ -90,6 +90,11 @@ options:
   vendor:
     description: The accelerator vendor, as for M(accelerator_facts); none reads no accelerator.
     type: str
+  accelerators:
+    description: With O(state=record), the accelerators' facts as the run read them last
+      (C(ansible_facts.accelerators): preflight's, or the driver gate's after a change), recorded
+      instead of reading the devices again; O(vendor) is then not read.
+    type: dict
 """
 
 RETURN = r"""
@@ -188,12 +193,16 @@ def main():
             unit_dir=dict(type='path', default='/etc/systemd/system'),
             timeout=dict(type='float', default=3),
             vendor=dict(type='str', choices=sorted(VENDORS)),
+            accelerators=dict(type='dict'),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    accelerators = gather(module, dict(ACCEL_DEFAULTS, vendor=params['vendor'])) if params['vendor'] else {}
-    facts = {'accelerators': accelerators} if params['vendor'] else {}
+    if params['accelerators'] is not None:
+        accelerators, facts = params['accelerators'], {}
+    else:
+        accelerators = gather(module, dict(ACCEL_DEFAULTS, vendor=params['vendor'])) if params['vendor'] else {}
+        facts = {'accelerators': accelerators} if params['vendor'] else {}
 
     if params['state'] == 'record':
         for option in ('roots', 'installs', 'dirs', 'skip'):

@@ -230,3 +230,15 @@ class TestInputsDigest:
         assert project.code_digest(tmp_path) == before
         (tmp_path / "roles" / "r" / "main.yml").write_text("b\n")
         assert project.code_digest(tmp_path) != before
+
+
+def test_a_record_takes_the_accelerators_the_run_read_last(node, capsys, monkeypatch):
+    """The record step is given the run's own facts (preflight's, or the driver gate's): it reads no
+    device itself, and what it records is what a later check compares with."""
+    monkeypatch.setattr(fleet_state, "unit_states", lambda module, units: {})
+    monkeypatch.setattr(fleet_state, "gather", lambda module, params: pytest.fail("the devices were read again"))
+    facts = {"vendor": "ascend", "count": 8, "device_node_count": 4, "driver_version": "24.1", "health": "OK"}
+    result = run(dict(args(node), state="record", vendor="ascend", accelerators=facts), capsys)
+    assert "ansible_facts" not in result or not result["ansible_facts"]
+    saved = json.loads((node["tmp"] / "state.json").read_text())
+    assert saved["accelerators"] == vs.accelerator_summary(facts)
