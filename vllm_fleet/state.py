@@ -54,8 +54,12 @@ def driver_mismatch(row: dict) -> str:
 
 
 # Variables that say how this run goes, not what a node should be: never part of the inputs.
+# Every variable of a role that writes nothing on a fleet node (its report, doctor's verdict,
+# validation's strictness, a rollout's turn; role variables carry their role's name as prefix),
+# the rollout's batches, and --full.
+RUN_ROLES = ("report", "doctor", "validate_inventory", "fleet_rollout")
 RUN_ONLY = ("fleet_full", "fleet_check_mode_stopped")
-RUN_ONLY_PREFIXES = ("fleet_rollout_",)
+RUN_ONLY_PREFIXES = tuple(f"{role}_" for role in RUN_ROLES)
 # Where Ansible reaches a node from is not what the node is (two controllers may differ).
 CONNECTION_ONLY = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_user", "remote_user",
                    "ansible_become_user", "ansible_connection", "ansible_python_interpreter",

@@ -210,9 +210,17 @@ class TestInputsDigest:
     def test_how_a_run_goes_is_not_an_input(self):
         base = {"fleet_matrix": {"vllm": {"commit": "a"}}, "group_names": ["fleet"]}
         digest = state.inputs_digest(base, "code")
+        # scripts/demo's -e report_dir=... once made its second run (the README's "run it again") take
+        # the full path on every node: every variable of a role that writes nothing on a node is left out.
         for run_only in ({"fleet_full": True}, {"fleet_rollout_serial": 1}, {"ansible_host": "10.0.0.9"},
-                         {"ansible_port": 2222}):
+                         {"ansible_port": 2222}, {"report_dir": "/tmp/report"}, {"doctor_fail_on_mismatch": True},
+                         {"validate_inventory_strict_checksums": False}, {"fleet_rollout_steps": "x.yml"}):
             assert state.inputs_digest({**base, **run_only}, "code") == digest, run_only
+
+    def test_the_run_roles_are_roles_of_the_project(self):
+        from vllm_fleet.role_specs import role_names
+
+        assert set(state.RUN_ROLES) <= role_names()
 
     def test_a_variable_the_code_or_a_group_changes_the_digest(self):
         base = {"fleet_matrix": {"vllm": {"commit": "a"}}, "group_names": ["fleet"]}
