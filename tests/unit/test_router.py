@@ -522,3 +522,28 @@ def test_the_role_spec_offers_exactly_the_routers_policies():
     spec = yaml.safe_load((ROOT / "roles/router/meta/argument_specs.yml").read_text())
     choices = spec["argument_specs"]["main"]["options"]["router_models"]["options"]["policy"]["choices"]
     assert sorted(choices) == sorted(router.POLICIES)
+
+
+def test_the_memo_of_served_models_keys_on_every_variable_they_are_resolved_from():
+    """router.resolved_once keys a host's served models on the variables resolve_models reads:
+    one read that is not among them would serve a stale answer for a changed variable."""
+    class Recording(dict):
+        read: set[str] = set()
+
+        def get(self, key, default=None):
+            Recording.read.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key):
+            Recording.read.add(key)
+            return super().__getitem__(key)
+
+    host_vars = example_hosts()["nvidia-01"]
+    plain = router.served_models(host_vars, "nvidia-01")
+    router._served_models(Recording(host_vars), "nvidia-01")
+    assert plain and Recording.read <= set(router._RESOLVE_INPUTS), Recording.read - set(router._RESOLVE_INPUTS)
+    with router.resolved_once():
+        first = router.served_models(host_vars, "nvidia-01")
+        assert router.served_models(dict(host_vars), "nvidia-01") == first == plain
+        changed = {**host_vars, "fleet_serve_base_port": 9100}
+        assert router.served_models(changed, "nvidia-01")[0]["port"] != first[0]["port"]

@@ -28,6 +28,7 @@ spanning nodes (span.py) and the matrix's placeholder checksums (matrix.py).
 
 from __future__ import annotations
 
+from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
 from vllm_fleet.secrets import SECRET_NAME, secret_values
 from vllm_fleet.validation import accounts, formats, names, paths, ports, secrets, strings
@@ -138,7 +139,14 @@ def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list
     of the inventory (not only those of the run: `-l router` must still know what the fleet
     serves). Monitoring hosts alike; a fleet node may also be one. Every host of the run,
     whatever its groups, passes the rules by class and the port registry.
+
+    Each node's served models are resolved once for the whole call (router.resolved_once).
     """
+    with router.resolved_once():
+        return _validate_inventory(all_hosts, run_hosts)
+
+
+def _validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list[str]:
     if not run_hosts:
         return ["no host of the inventory is in this run (the inventory has no hosts, or -l/--limit matches none); "
                 "accepted: hosts in the groups fleet, router or monitoring"]
