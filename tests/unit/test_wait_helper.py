@@ -77,6 +77,19 @@ def test_every_kind_is_checked_side_by_side(engine, tmp_path):
     assert "Bearer sk-test" in Engine.seen_keys
 
 
+def test_a_model_without_a_smoke_kind_is_only_waited_for(engine, tmp_path):
+    """The role asks no smoke request of a unit it did not restart: the broken chat answer that
+    would fail it is never asked for, and /health still is."""
+    Engine.broken = True
+    models = [{"unit": "vllm-chat", "name": "chat", "url": engine, "smoke": None, "model": "chat", "key": "sk-x"}]
+    rc, results = wait({"timeout": 10, "delay": 0.1, "models": models})
+    assert (rc, [(r["ready"], r["smoke"], r["error"]) for r in results]) == (0, [(True, None, None)])
+    assert Engine.seen_keys == []
+    models[0]["smoke"] = "chat"
+    rc, results = wait({"timeout": 10, "delay": 0.1, "models": models})
+    assert (rc, results[0]["smoke"]) == (2, False)
+
+
 def test_a_wrong_answer_fails_with_the_reason(engine, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 1024}))
     Engine.broken = True
