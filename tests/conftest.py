@@ -112,3 +112,88 @@ def lab_host_vars(ctx: dict, node, group: str) -> dict:
             host_vars.update(yaml.safe_load(env.get_template(f"group_vars/{name}/{tpl.name}").render(**ctx)) or {})
     host_vars.update(yaml.safe_load(env.get_template("host_vars/node.yml.j2").render(node=node, **ctx)))
     return host_vars
+
+
+# ---------------------------------------------------------------- tests that run Ansible
+# A test that starts Ansible (a CLI of it, molecule, or a playbook through ansible-runner, as
+# vllm_fleet.api does) is marked `ansible`, so that `-m "not ansible"` is the pure unit tests,
+# which take seconds and run in parallel (scripts/test). The mark is checked, not trusted: an
+# unmarked test that starts Ansible fails, naming what it started.
+_ANSIBLE_PROGRAMS = ("ansible", "molecule")
+_started: dict[str, list[str]] = {}
+_current: list[str] = []
+
+
+def starts_ansible(fixture_function):
+    """Under @pytest.fixture: the fixture starts Ansible, so every test that uses it is marked
+    `ansible` (a module-scoped fixture runs in whichever test comes first)."""
+    fixture_function.starts_ansible = True
+    return fixture_function
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        for definitions in (info.name2fixturedefs.values() if info else []):
+            if any(getattr(d.func, "starts_ansible", False) for d in definitions):
+                item.add_marker(pytest.mark.ansible)
+                break
+
+
+def _program(args) -> str:
+    first = args if isinstance(args, (str, bytes, os.PathLike)) else (list(args)[:1] or [""])[0]
+    return os.path.basename(os.fsdecode(first).split()[0]) if os.fsdecode(first).strip() else ""
+
+
+def _note_start(what: str) -> None:
+    if _current:
+        _started.setdefault(_current[-1], []).append(what)
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _watching_popen_init(self, args, *rest, **kwargs):
+    program = _program(args)
+    if program.startswith(_ANSIBLE_PROGRAMS):
+        _note_start(program)
+    _popen_init(self, args, *rest, **kwargs)
+
+
+def pytest_configure(config):
+    subprocess.Popen.__init__ = _watching_popen_init
+    try:
+        import ansible_runner
+    except ImportError:  # pragma: no cover - the venv has it
+        return
+    for name in ("run", "run_async"):
+        original = getattr(ansible_runner, name)
+
+        def watching(*args, _original=original, _name=name, **kwargs):
+            _note_start(f"ansible_runner.{_name}")
+            return _original(*args, **kwargs)
+        setattr(ansible_runner, name, watching)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current.append(item.nodeid)
+    try:
+        yield
+    finally:
+        _current.pop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "teardown" or report.failed or item.get_closest_marker("ansible") \
+            or item.get_closest_marker("lab"):
+        return
+    started = _started.pop(item.nodeid, [])
+    if started:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} started Ansible ({', '.join(sorted(set(started)))}) but is not marked "
+                           "`ansible`: add `pytestmark = pytest.mark.ansible` to its module or "
+                           "`@pytest.mark.ansible` to the test (scripts/test runs the unmarked tests apart)")

@@ -215,6 +215,7 @@ def test_ansible_cfg_keeps_masters_and_pipelines_without_trusting_unknown_hosts(
         assert cfg.get(section, "host_key_checking", fallback="True").lower() not in ("false", "no", "0")
 
 
+@pytest.mark.ansible
 def test_ansible_reads_the_control_path_unexpanded():
     """ansible.cfg is read without interpolation; the ssh plugin fills in %(directory)s."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}

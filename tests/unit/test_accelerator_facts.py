@@ -898,6 +898,7 @@ class TestModule:
 ANSIBLE_BIN = Path(sys.executable).parent
 
 
+@pytest.mark.ansible
 def test_ad_hoc_run_through_ansible(tmp_path):
     """`ansible -m accelerator_facts` from the repository, as the lab's playbooks run it."""
     node = Node(tmp_path, 'ascend', count=2)
@@ -917,6 +918,7 @@ def test_ad_hoc_run_through_ansible(tmp_path):
     assert result['changed'] is False
 
 
+@pytest.mark.ansible
 def test_documentation_matches_argument_spec_and_facts(tmp_path, capsys, monkeypatch):
     proc = subprocess.run([str(ANSIBLE_BIN / 'ansible-doc'), '-M', str(REPO / 'library'),
                            '-j', 'accelerator_facts'],

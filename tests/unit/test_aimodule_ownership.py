@@ -12,9 +12,13 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ansible_playbook
+
+# Every test here starts Ansible (tests/conftest.py checks the mark).
+pytestmark = pytest.mark.ansible
 
 FOREIGN = "was not made by vllm-fleet (no marker): move it away, or set musa_aimodule_env_name to another name"
 

@@ -311,6 +311,7 @@ def test_a_templated_value_is_refused():
         bench.targets_from_hostvars({"cpu-01": host_vars(fleet_serve_api_key="{{ vault_key }}")})
 
 
+@pytest.mark.ansible
 def test_the_command_reads_the_inventory_and_benches_its_models(engine, tmp_path, capsys):
     inventory = tmp_path / "inventory"
     (inventory / "group_vars" / "cpu-nodes").mkdir(parents=True)
@@ -385,6 +386,7 @@ def test_evalscope_needs_its_local_inputs_and_a_dry_run_runs_nothing(tmp_path):
     assert not (tmp_path / "evalscope").exists()
 
 
+@pytest.mark.ansible
 def test_the_command_prints_seed_001s_command_lines_with_overrides(engine, tmp_path, capsys):
     inventory = tmp_path / "hosts.yml"
     # The key as a user gives it (a secret written in clear in an inventory file is refused).

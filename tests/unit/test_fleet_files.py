@@ -15,6 +15,9 @@ import pytest
 
 from tests.conftest import ansible_module
 
+# Every test here starts Ansible (tests/conftest.py checks the mark).
+pytestmark = pytest.mark.ansible
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent
 

@@ -277,6 +277,7 @@ def run_module(args: dict, check: bool = False) -> dict:
     return ansible_module("fleet_overlay", args, check=check)
 
 
+@pytest.mark.ansible
 def test_module_end_to_end(env):
     before = snapshot(env["site"])
     args = {"name": "vllm", "root": str(env["site"]), "target": "vllm", "type": "directory",
@@ -293,6 +294,7 @@ def test_module_end_to_end(env):
     assert "64 lowercase hexadecimal" in failed["msg"] and failed["changed"] is False
 
 
+@pytest.mark.ansible
 def test_documentation_matches_argument_spec():
     spec_file = REPO / "library" / "fleet_overlay.py"
     module = load_module(spec_file, "fleet_overlay_module")
@@ -323,6 +325,7 @@ def run_versions(args: dict) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout.split(" => ", 1)[1])
 
 
+@pytest.mark.ansible
 def test_versions_check_applied_overlays(env):
     apply_vllm(env)
     generator_manifest = env["state"] / "triton-code-generator" / "manifest.json"
@@ -356,6 +359,7 @@ def test_versions_check_applied_overlays(env):
         f"vllm overlay: expected sha256 {'f' * 64}, applied sha256 {env['sha']}; ")
 
 
+@pytest.mark.ansible
 def test_versions_overlay_options_are_checked_first():
     code, result = run_versions({"overlays": {"vllm": {"manifest": "relative.json", "sha256": "0" * 63}}})
     assert code == 2

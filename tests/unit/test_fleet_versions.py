@@ -745,6 +745,7 @@ class TestModule:
 # ---------------------------------------------------------------------------
 # Through Ansible itself: module_utils from ansible.cfg, check mode, documentation
 # ---------------------------------------------------------------------------
+@pytest.mark.ansible
 def test_ad_hoc_run_through_ansible_in_check_mode(env):
     args = matching_args(env)
     args['packages']['transformers'] = MATRIX['transformers']
@@ -764,6 +765,7 @@ def test_ad_hoc_run_through_ansible_in_check_mode(env):
     assert result['changed'] is False
 
 
+@pytest.mark.ansible
 def test_documentation_matches_argument_spec():
     proc = subprocess.run([str(ANSIBLE_BIN / 'ansible-doc'), '-M', str(REPO / 'library'),
                            '-j', 'fleet_versions'],

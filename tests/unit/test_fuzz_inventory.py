@@ -71,6 +71,7 @@ def _plan_candidates(verdicts: list[fz.Verdict], limit: int) -> list[fz.Verdict]
     return chosen
 
 
+@pytest.mark.ansible  # plan.yml for the mutations that got through
 def test_fuzz_every_variable(base_inventory, verdicts, tmp_path, capsys):
     base_dir, base = base_inventory
     started = time.monotonic()

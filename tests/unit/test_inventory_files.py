@@ -328,6 +328,7 @@ def test_a_run_stopped_by_a_vault_is_an_invalid_inventory():
         "the playbook: x.yml could not be found"]
 
 
+@pytest.mark.ansible
 def test_a_vault_the_checks_missed_still_ends_in_exit_4(vaulted, monkeypatch):
     """Behind the checks: should a vault get past them, Ansible's own refusal (it stops before its
     first task, no recap) becomes the invalid inventory it is, not an empty failed run."""

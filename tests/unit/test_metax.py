@@ -175,6 +175,7 @@ def plan(tmp_path: Path, *extra: str) -> Path:
     return out / "metax-01"
 
 
+@pytest.mark.ansible
 def test_host_mode_units_load_maca_and_join_the_video_group(tmp_path):
     node = plan(tmp_path)
     unit = (node / "etc/systemd/system/vllm-gpt-oss-20b.service").read_text()
@@ -196,6 +197,7 @@ def test_host_mode_units_load_maca_and_join_the_video_group(tmp_path):
     assert not (node / "etc/vllm-fleet/images").exists()
 
 
+@pytest.mark.ansible
 def test_container_unit_line_by_line(tmp_path):
     node = plan(tmp_path, "-e", "fleet_deploy_mode=container")
     unit = (node / "etc/systemd/system/vllm-gpt-oss-20b.service").read_text()

@@ -12,9 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ansible_playbook
+
+# Every test here starts Ansible (tests/conftest.py checks the mark).
+pytestmark = pytest.mark.ansible
 
 FETCH_MARKER = ".vllm-fleet-fetch"
 COMPLETE_MARKER = ".vllm-fleet-complete"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ansible_playbook, example_hosts
+from tests.conftest import ansible_playbook, example_hosts, starts_ansible
 from tests.systemd_syntax import exec_start, split_exec
 from vllm_fleet import render
 from vllm_fleet.models import resolve_models
@@ -23,11 +23,13 @@ def plan(tmp_path: Path, *extra: str) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts_ansible
 def host_plan(tmp_path_factory):
     return plan(tmp_path_factory.mktemp("host"))
 
 
 @pytest.fixture(scope="module")
+@starts_ansible
 def container_plan(tmp_path_factory):
     return plan(tmp_path_factory.mktemp("container"), "-l", "ascend-nodes", "-e", "fleet_deploy_mode=container")
 
@@ -53,6 +55,7 @@ def flags(argv: list[str]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.ansible
 def test_every_host_gets_its_units_without_contact(host_plan):
     units = sorted(str(p.relative_to(host_plan)) for p in host_plan.rglob("*.service"))
     assert units == [
@@ -118,6 +121,7 @@ def test_unit_command_is_the_one_render_produces(host_plan):
     assert shlex.split(shell) == render.serve_argv(model, "/opt/vllm-fleet/current/venv/bin/vllm")
 
 
+@pytest.mark.ansible
 def test_container_unit_line_by_line(container_plan):
     unit = (container_plan / "ascend-01/etc/systemd/system/vllm-gpt-oss-120b.service").read_text()
     lines = unit.splitlines()
@@ -156,6 +160,7 @@ def test_container_unit_line_by_line(container_plan):
     assert "pip install torch==2.7.1 torch-npu==2.7.1" in docker
 
 
+@pytest.mark.ansible
 def test_secrets_are_masked_in_the_plan(tmp_path):
     out = plan(tmp_path, "-l", "nvidia-nodes", "-e",
                '{"fleet_models": [{"name": "m", "kind": "chat", "path": "/home/models/m", '
@@ -181,6 +186,7 @@ ADAPTERS = ["gpt-oss-20b-support", "gpt-oss-20b-coding", "gpt-oss-20b-writing"]
 
 
 @pytest.fixture(scope="module")
+@starts_ansible
 def nvidia_container_plans(tmp_path_factory):
     """Container mode of the NVIDIA example with docker and with podman."""
     return {runtime: plan(tmp_path_factory.mktemp(runtime), "-l", "nvidia-nodes", "-e", "fleet_deploy_mode=container",
@@ -210,6 +216,7 @@ def test_nvidia_unit_carries_seed_003_and_the_adapters(host_plan):
     assert "CUDA_VISIBLE_DEVICES=0,1" in env and "TIKTOKEN_RS_CACHE_DIR=/opt/vllm-fleet/tiktoken" in env
 
 
+@pytest.mark.ansible
 def test_nvidia_container_unit_line_by_line(nvidia_container_plans):
     out = nvidia_container_plans["docker"]
     unit = (out / "nvidia-01/etc/systemd/system/vllm-gpt-oss-20b.service").read_text()

@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ansible_playbook
+
+# Every test here starts Ansible (tests/conftest.py checks the mark).
+pytestmark = pytest.mark.ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 # The pip that ensurepip installs, pinned as the venv's package: installing it needs no index.

@@ -11,10 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ansible_playbook
 from vllm_fleet.vendors import vendor_release_id
+
+# Every test here starts Ansible (tests/conftest.py checks the mark).
+pytestmark = pytest.mark.ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,6 +30,7 @@ def test_a_node_is_drained_on_every_router_in_front_of_the_models_it_serves():
     assert router.routes("nvidia-01", {}, fleet) == []
 
 
+@pytest.mark.ansible
 def test_the_filter_finds_the_routes_from_the_inventory(tmp_path):
     inventory = _inventory(tmp_path)
     book = tmp_path / "play.yml"

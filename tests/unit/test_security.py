@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ansible_playbook, example_hosts
+from tests.conftest import ansible_playbook, example_hosts, starts_ansible
 from tests.systemd_syntax import exec_start
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +22,7 @@ SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
 
 @pytest.fixture(scope="module")
+@starts_ansible
 def keyed_plan(tmp_path_factory):
     """The example's plan with every model listening on all interfaces and a key given as
     `--secrets FILE` gives it (-e @file), with the run's own output."""
@@ -41,6 +42,7 @@ def host_units(plan: Path) -> list[Path]:
     return units
 
 
+@pytest.mark.ansible
 def test_the_key_is_only_in_the_secret_files_and_masked_there(keyed_plan):
     plan, output = keyed_plan
     assert KEY not in output

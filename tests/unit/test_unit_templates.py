@@ -8,9 +8,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ansible_playbook
+
+# Every test here starts Ansible (tests/conftest.py checks the mark).
+pytestmark = pytest.mark.ansible
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "roles" / "vllm_service"

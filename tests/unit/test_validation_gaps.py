@@ -219,6 +219,7 @@ def _edit(path: Path, fn):
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
+@pytest.mark.ansible
 def test_broken_copy_of_the_example_is_refused_with_every_problem(inventory):
     gv = inventory / "group_vars"
     # A host in two vendor groups (hosts.yml), with the vendor-group settings of both.
