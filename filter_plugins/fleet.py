@@ -55,11 +55,11 @@ def _validated_vars(hostvars, host):
     return {k: _plain(hv[k]) for k in names}
 
 
-def fleet_inputs_digest(hostvars, host):
+def fleet_inputs_digest(hostvars, host, groups=None):
     """One digest of what `host`'s converge reads on the controller (vllm_fleet.state.inputs_digest):
-    its variables as validation reads them and vllm-fleet's own files."""
+    its variables as validation reads them, the inventory's groups and vllm-fleet's own files."""
     try:
-        return state.inputs_digest(_validated_vars(hostvars, host), project.code_digest())
+        return state.inputs_digest(_validated_vars(hostvars, host), project.code_digest(), _plain(groups or {}))
     except Exception as exc:  # the message must not carry a variable's value (secrets): name the filter only
         raise AnsibleFilterError(f"fleet_inputs_digest: {type(exc).__name__}") from None
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
+import subprocess
 
 # ---------------------------------------------------------------------------
 # Vendor table
@@ -784,3 +786,31 @@ def gather(module, params):
     if vendor == 'ascend':
         facts['firmware_version'] = ascend_firmware(module, path, parsed['devices'])
     return facts
+
+
+# ---------------------------------------------------------------------------
+# Reading outside Ansible: the node's own helpers (roles/monitoring's device health
+# collector, roles/health_agent's agent), copied beside this file on the node
+# ---------------------------------------------------------------------------
+SMI_TIMEOUT_S = 20
+
+
+def read_devices(vendor, smi_path=None, timeout=SMI_TIMEOUT_S):
+    """``(devices, error)``: the vendor tool's listing read by its parser, as the facts module
+    reads it; ``error`` (the tool missing or failing, in its own words) when it could not be
+    read, then ``devices`` is empty. A vendor without a tool (cpu) has no devices and no error."""
+    if vendor not in PARSERS:
+        return [], None
+    spec = VENDORS[vendor]
+    tool = smi_path or shutil.which(spec['tool'], path=os.pathsep.join(
+        spec['tool_dirs'] + [os.environ.get('PATH', os.defpath)]))
+    if not tool:
+        return [], '%s not found in %s or on PATH' % (spec['tool'], ', '.join(spec['tool_dirs']))
+    try:
+        done = subprocess.run([tool] + list(LISTING_ARGS[vendor]), capture_output=True, text=True,
+                              timeout=timeout, env=dict(os.environ, LC_ALL='C'), check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], '%s: %s' % (tool, exc)
+    if done.returncode != 0:
+        return [], '%s %s' % (tool, error_text(done.returncode, done.stdout, done.stderr))
+    return PARSERS[vendor](done.stdout)['devices'], None

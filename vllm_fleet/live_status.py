@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from vllm_fleet import router
+from vllm_fleet import router, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.models import host_engine_api_key
 from vllm_fleet.project import PROJECT_DIR
@@ -83,6 +83,9 @@ class ModelStatus:
     tokens_per_s: float | None = None
     devices: list[int] = field(default_factory=list)
     device_health: str = "unknown"
+    #: Why the routers' health agent (roles/health_agent) keeps new requests away from it: its devices
+    #: the SMI tool reports outside the vendor's healthy states ("" when none, or no router in the inventory).
+    quarantined: str = ""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -210,7 +213,12 @@ def table(result: StatusResult) -> list[str]:
         if s.reachable and s.smi_error:
             out.append(f"{node}: device health unknown: {s.smi_error}")
     for r in result.rows:
+        if r.quarantined:
+            out.append(f"{r.node}/{r.model}: quarantined (no new request from the routers): {r.quarantined}")
         out += [f"{r.node}/{r.model}: {p}" for p in r.problems]
+    for model in unserved(result.rows):
+        out.append(f"{model}: NO HEALTHY REPLICA LEFT: every node serving it is down or quarantined, "
+                   "so its routers answer 503")
     verdict = "all up" if result.ok else (f"{len(result.down)} down" if result.down else "not everything could be read")
     out.append(f"{len(result.rows)} model(s) on {len(result.nodes)} node(s), {verdict}; "
                f"tokens/s over {result.window:.1f} s; read in {result.duration:.1f} s")
@@ -425,7 +433,7 @@ HOST_KEYS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_privat
              "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_host_key_checking",
              "ansible_host_key_checking", "ansible_become", "ansible_connection", "fleet_accelerator", "fleet_models",
              "fleet_serve_defaults", "fleet_serve_env", "fleet_launch_profiles", "fleet_serve_base_port",
-             "fleet_serve_listen", "fleet_serve_api_key", "fleet_serve_unauthenticated")
+             "fleet_serve_listen", "fleet_serve_api_key", "fleet_serve_unauthenticated", "groups")
 
 
 _PLUGINS_READY = False
@@ -596,6 +604,10 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
         if node is None:
             continue
         apply_node(row, node)
+    if any((host_vars.get("groups") or {}).get("router") for host_vars in hosts.values()):
+        for row in rows:
+            if row.node in nodes:
+                row.quarantined = quarantine_reason(row, nodes[row.node])
     result = StatusResult(inventory=str(inventory), limit=limit, rows=rows, nodes=nodes, window=window,
                           duration=time.monotonic() - started, read_at=time.time(), inventory_s=loaded - started)
     # Defence in depth: no message may carry a key (an engine or a node could echo one back).
@@ -627,6 +639,26 @@ def apply_reads(row: ModelStatus, reads: dict) -> None:
     row.running, row.waiting, row.kv_cache = latest.get(RUNNING), latest.get(WAITING), latest.get("kv_cache")
     if b:
         row.tokens_per_s = token_rate(a, b, float(second["t"]) - float(first["t"]))
+
+
+def quarantine_reason(row: ModelStatus, node: NodeStatus) -> str:
+    """What the node's health agent tells the routers about the row's model, from the same
+    listing and the vendor contract's healthy states: "" (healthy, or nothing read), else its
+    devices outside those states ("device 1 Critical")."""
+    if not node.reachable or node.vendor in (None, "cpu") or not node.devices:
+        return ""
+    healthy = set(vendors.contract(node.vendor)["driver"]["healthy"])
+    mine = [d for d in node.devices if not row.devices or d.get("index") in row.devices]
+    return ", ".join(f"device {d.get('index')} {d.get('health')}" for d in mine if d.get("health") not in healthy)
+
+
+def unserved(rows: list[ModelStatus]) -> list[str]:
+    """The served names (of rows read) whose every replica is down or quarantined."""
+    by_model: dict[str, list[ModelStatus]] = {}
+    for row in rows:
+        by_model.setdefault(row.model, []).append(row)
+    return sorted(name for name, replicas in by_model.items()
+                  if any(r.quarantined for r in replicas) and all(r.down or r.quarantined for r in replicas))
 
 
 def apply_node(row: ModelStatus, node: NodeStatus) -> None:

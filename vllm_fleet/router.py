@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from vllm_fleet.models import WILDCARDS, host_engine_api_key, is_loopback, resolve_models, url_host
+from vllm_fleet.role_specs import role_default
 
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -119,6 +120,20 @@ def node_address(host: str, host_vars: dict, model: dict) -> str:
     return str(host_vars.get("ansible_host") or host)
 
 
+def agent_port(host_vars: dict) -> int:
+    """The port of the node's health agent (roles/health_agent): its own, else the role's default."""
+    port = host_vars.get("health_agent_port")
+    return port if isinstance(port, int) and not isinstance(port, bool) else role_default("health_agent_port")
+
+
+def agent_address(host: str, host_vars: dict, server_address: str) -> str:
+    """Where a router asks the node's health agent: the address it listens on when that names
+    one other nodes reach, else the address the router reaches the node's model at."""
+    listen = host_vars.get("health_agent_listen_address", role_default("health_agent_listen_address"))
+    listen = str(listen or "")
+    return listen if listen and listen not in WILDCARDS and not is_loopback(listen) else server_address
+
+
 def unreachable_from(router_address: str, host: str, host_vars: dict, model: dict) -> bool:
     """A model listening on loopback only, on a node whose address is not the router's own
     loopback: the router cannot connect to it."""
@@ -140,9 +155,11 @@ def backends(router_models: list[dict], fleet_hosts: dict[str, dict]) -> list[di
         for host, models in served.items():
             for model in models:
                 if name in model["served_model_name"]:
+                    address = node_address(host, fleet_hosts[host], model)
                     servers.append({"name": haproxy_name(host), "host": host, "model": model["name"],
-                                    "address": node_address(host, fleet_hosts[host], model),
-                                    "port": model["port"]})
+                                    "address": address, "port": model["port"],
+                                    "agent_address": agent_address(host, fleet_hosts[host], address),
+                                    "agent_port": agent_port(fleet_hosts[host])})
         backend = {**entry, "policy": entry.get("policy", DEFAULT_POLICY), "backend": haproxy_name(f"model_{name}"),
                    "servers": servers, "pool": is_pool(entry)}
         backend["balance"] = HAPROXY_POLICIES.get(backend["policy"])

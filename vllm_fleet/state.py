@@ -66,14 +66,17 @@ CONNECTION_ONLY = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_
                    "ansible_ssh_private_key_file")
 
 
-def inputs_digest(host_vars: dict, code: str) -> str:
+def inputs_digest(host_vars: dict, code: str, groups: dict | None = None) -> str:
     """sha256 of a host's variables (as validation reads them: every fleet_* and role variable and
-    its groups) and of vllm-fleet's own files (``code``, vllm_fleet.project.code_digest).
+    its groups), of the inventory's groups (``groups``: a node's steps depend on whether the
+    inventory has router or monitoring hosts, and on the members of its spanning models) and of
+    vllm-fleet's own files (``code``, vllm_fleet.project.code_digest).
 
     Two runs with the same digest give the node the same files, packages and units, so a node
     still as its last converge left it (``library/fleet_state.py``) has nothing to do.
     """
     kept = {name: value for name, value in host_vars.items()
             if name not in RUN_ONLY and name not in CONNECTION_ONLY and not name.startswith(RUN_ONLY_PREFIXES)}
-    blob = json.dumps({"code": code, "vars": kept}, sort_keys=True, default=repr)
+    members = {name: sorted(hosts) for name, hosts in (groups or {}).items()}
+    blob = json.dumps({"code": code, "vars": kept, "groups": members}, sort_keys=True, default=repr)
     return hashlib.sha256(blob.encode()).hexdigest()

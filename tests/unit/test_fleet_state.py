@@ -228,6 +228,11 @@ class TestInputsDigest:
         assert state.inputs_digest({**base, "fleet_matrix": {"vllm": {"commit": "b"}}}, "code") != digest
         assert state.inputs_digest({**base, "group_names": ["fleet", "canary"]}, "code") != digest
         assert state.inputs_digest(base, "other code") != digest
+        # The inventory's groups: a router or monitoring host added gives every node steps to take.
+        groups = {"fleet": ["n1"], "router": []}
+        digest = state.inputs_digest(base, "code", groups)
+        assert state.inputs_digest(base, "code", {"router": [], "fleet": ["n1"]}) == digest
+        assert state.inputs_digest(base, "code", {**groups, "router": ["r1"]}) != digest
 
     def test_the_code_digest_follows_the_project_files(self, tmp_path):
         (tmp_path / "roles" / "r").mkdir(parents=True)

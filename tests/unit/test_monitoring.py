@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ansible_playbook, example_hosts
+from tests.conftest import ansible_playbook, example_hosts, starts_ansible
 from vllm_fleet import monitoring
 from vllm_fleet.validation import monitoring_problems
 
@@ -133,6 +133,7 @@ def _inventory(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts_ansible
 def rendered(tmp_path_factory):
     """The role's rules and configuration rendered by Ansible (its template module, the role's
     defaults and vars, the inventory's filters), and the keys written by the role's own loop."""
@@ -170,11 +171,12 @@ def rendered(tmp_path_factory):
     return tmp_path
 
 
+@pytest.mark.ansible
 def test_the_rules_pass_promtool(rendered):
     check = subprocess.run([promtool(), "check", "rules", str(rendered / "vllm-fleet.rules.yml")],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 9 rules found" in check.stdout
+    assert "SUCCESS: 11 rules found" in check.stdout
 
 
 def test_the_configuration_passes_promtool_with_its_keys_and_rules(rendered):
@@ -233,6 +235,14 @@ tests:
         values: '8x20'
       - series: 'vllm_fleet_smi_up{{instance="n3:9100", node="n3", vendor="ascend", tool="npu-smi"}}'
         values: '1x20'
+      - series: 'haproxy_server_weight{{job="haproxy", router="r1", proxy="model_m1", server="n1"}}'
+        values: '1 0x20'
+      - series: 'haproxy_server_weight{{job="haproxy", router="r1", proxy="model_m1", server="n2"}}'
+        values: '1x4 0x20'
+      - series: 'haproxy_server_weight{{job="haproxy", router="r1", proxy="model_m2", server="n3"}}'
+        values: '1x20'
+      - series: 'haproxy_server_weight{{job="haproxy", router="r1", proxy="stats", server="n3"}}'
+        values: '0x20'
     alert_rule_test:
       # Down since 30s: pending, then firing once `for` (1m) has passed.
       - {{alertname: VllmEngineDown, eval_time: 1m}}
@@ -270,6 +280,18 @@ tests:
           - exp_labels: {{severity: critical, instance: "n3:9100", node: n3, vendor: ascend}}
             exp_annotations: {{summary: "n3 lists 7 device(s), fewer than its inventory says"}}
       - {{alertname: AcceleratorSmiFailing, eval_time: 3m}}
+      # n1 quarantined from 15s, n2 from 1m15s: one replica after 45s; none left 30s after n2's turn.
+      - alertname: ReplicaQuarantined
+        eval_time: 1m
+        exp_alerts:
+          - exp_labels: {{severity: warning, job: haproxy, router: r1, proxy: model_m1, server: n1}}
+            exp_annotations: {{summary: "n1 is quarantined out of model_m1 on r1: its health agent reports an unhealthy device"}}
+      - {{alertname: ModelWithoutReplica, eval_time: 1m}}
+      - alertname: ModelWithoutReplica
+        eval_time: 2m
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: haproxy, router: r1, proxy: model_m1}}
+            exp_annotations: {{summary: "every replica of model_m1 on r1 is quarantined: its requests fail"}}
 """  # noqa: E501 - promtool's rule tests, one series a line
 
 
@@ -465,6 +487,7 @@ def test_copy_of_fleet_is_not_mutated_by_targets():
     assert hosts == before
 
 
+@pytest.mark.ansible
 def test_inventory_strings_reach_the_yaml_as_strings_and_args_as_one_word(tmp_path):
     """A duration with a quote, `#` and a newline reads back from prometheus.yml and the rules
     as the same string (promtool then refuses it, the document stays whole); a listen address

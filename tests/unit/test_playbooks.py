@@ -40,7 +40,7 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     node = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
     # One read of the node's state first; the steps, included as one unit, only where it is needed;
     # the report on every node.
-    assert node[0]["fleet_state"]["inputs"] == "{{ hostvars | fleet_inputs_digest(inventory_hostname) }}"
+    assert node[0]["fleet_state"]["inputs"] == "{{ hostvars | fleet_inputs_digest(inventory_hostname, groups) }}"
     (include,) = [t for t in node if "ansible.builtin.include_tasks" in t]
     assert include["ansible.builtin.include_tasks"] == "converge-steps.yml"
     assert include["when"] == "_fleet_full_path"
@@ -48,7 +48,8 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     steps_file = load(ROOT / "playbooks" / "tasks" / "converge-steps.yml")
     steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in steps_file[:-1]]
     assert [s["name"] for s in steps] == ["preflight", "node_base", "{{ fleet_vendor.role }}", "tiktoken_cache",
-                                          "model_fetch", "fleet_release", "vllm_service", "monitoring"]
+                                          "model_fetch", "fleet_release", "vllm_service", "health_agent",
+                                          "monitoring"]
     # The vendor's role is chosen per node, at run time.
     assert "ansible.builtin.include_role" in steps_file[2]
     # Last, the record the next run's read compares with.

@@ -221,6 +221,7 @@ def _playbook(tmp_path: Path, inventory: Path, text: str) -> subprocess.Complete
         "ANSIBLE_LIBRARY": str(ROOT / "library"), "ANSIBLE_MODULE_UTILS": str(ROOT / "module_utils")})
 
 
+@pytest.mark.ansible
 def test_config_rendered_by_the_role_template(tmp_path):
     text = _render(tmp_path, {})
     gpt = text[text.index("backend model_gpt-oss-20b"):text.index("# ---- qwen3-0.6b")]
@@ -253,6 +254,7 @@ def haproxy_check(text: str, tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.ansible
 def test_validate_play_checks_routers_against_the_whole_fleet(tmp_path):
     """The validate play covers router hosts (no accelerator) and refuses a model no node serves,
     even when the run is limited to the router."""
@@ -267,6 +269,7 @@ def test_validate_play_checks_routers_against_the_whole_fleet(tmp_path):
     assert "fleet_accelerator" not in proc.stdout
 
 
+@pytest.mark.ansible
 def test_inventory_strings_reach_the_config_as_one_word_each(tmp_path):
     """A listen address or a timeout carrying a space, `#` or `$` ends up as one quoted word
     (HAProxy would refuse the address, not read a second one or a comment)."""
@@ -327,6 +330,7 @@ POLICIES = [{"name": "gpt-oss-20b", "port": 9000, "policy": "cache_aware", "pool
             {"name": "qwen3-0.6b", "port": 9001, "policy": "session"}]
 
 
+@pytest.mark.ansible
 def test_policies_and_team_keys_in_haproxy(tmp_path):
     """A vllm-router policy sends the endpoint to its pool on loopback; session hashes the session
     header, else the body's user; team keys: 401 unknown, 429 over the team's rate, the engines'
@@ -348,12 +352,14 @@ def test_policies_and_team_keys_in_haproxy(tmp_path):
     haproxy_check(text, tmp_path)
 
 
+@pytest.mark.ansible
 def test_without_team_keys_the_clients_key_passes(tmp_path):
     text = _render(tmp_path, {"router_models": POLICIES})
     assert "Authorization" not in text.split("# ---- gpt-oss-20b")[1]
     assert "lua-load" not in text and "vllm_fleet_teams" not in text
 
 
+@pytest.mark.ansible
 def test_team_maps_hold_each_key_and_limit(tmp_path):
     keys = _render(tmp_path, {"router_api_keys": TEAMS}, "vllm-fleet-keys.map.j2")
     assert [line for line in keys.splitlines() if not line.startswith("#")] == ["s" * 20 + " search",
@@ -472,6 +478,7 @@ def test_page_config_names_each_model_its_version_prices_and_replicas():
     assert not any(u["path"] == "/fleet/metax-01/node/metrics" for u in upstreams)
 
 
+@pytest.mark.ansible
 def test_page_site_proxies_each_endpoint_unbuffered(tmp_path):
     text = _render(tmp_path, {"router_models": POLICIES, "router_page_port": 9400},
                    "etc/nginx/sites-enabled/vllm-fleet-chat.conf.j2")
@@ -511,6 +518,7 @@ def test_a_listen_address_as_the_host_itself_reaches_it(listen, local, url, ngin
 
 @pytest.mark.parametrize(("listen", "upstream", "bind"), [("0.0.0.0", "127.0.0.1:9000", "listen 9400;"),
                                                           ("::", "[::1]:9000", "listen [::]:9400;")])
+@pytest.mark.ansible
 def test_page_site_on_a_wildcard_reaches_the_endpoints_on_loopback(tmp_path, listen, upstream, bind):
     text = _render(tmp_path, {"router_models": POLICIES, "router_page_port": 9400, "router_listen_address": listen},
                    "etc/nginx/sites-enabled/vllm-fleet-chat.conf.j2")

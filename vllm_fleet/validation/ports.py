@@ -2,7 +2,8 @@
 
 Every listener of the inventory claims its (address, port) in one registry, in one order:
 each host's SSH port, each fleet node's models (explicit ports and the ones derived from
-fleet_serve_base_port), the heads' Ray ports, the routers' model ports, the node exporters
+fleet_serve_base_port), the heads' Ray ports, the routers' model ports, the nodes' health
+agents (when the inventory has router hosts), the node exporters
 (when the inventory has monitoring hosts) and Prometheus. A claim on a taken pair, or a
 port outside 1024-65535 (the SSH port excepted: it is the admin's), is a problem of the
 claimant, said once, whatever groups its host is in.
@@ -121,6 +122,12 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
             if is_port_number(port) and port:
                 out.append(Claim(host, _address(host, host_vars), port, f"the router's {what} on {host}",
                                  f"{name} = {port}", typed=True))
+    if any("router" in _groups(v) for v in all_hosts.values()):
+        for host in fleet:
+            port = router.agent_port(all_hosts[host])
+            if is_port_number(port):
+                out.append(Claim(host, _address(host, all_hosts[host]), port, f"the health agent of {host}",
+                                 f"health_agent_port = {port}", typed=True))
     if any("monitoring" in _groups(v) for v in all_hosts.values()):
         watched = sorted(h for h, v in all_hosts.items() if {"fleet", "monitoring"} & _groups(v))
         for host in watched:

@@ -1,21 +1,28 @@
 """The router (roles/router, HAProxy) in front of two NVIDIA nodes serving the same model
-(the lab and its helpers: conftest.py): balancing, health checks, drain and ready, streaming."""
+(the lab and its helpers: conftest.py): balancing, health checks, drain and ready, streaming,
+and the quarantine of a node whose devices turn Critical (roles/health_agent)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 import time
+import urllib.error
 import urllib.request
 
 from tests.lab.conftest import answer_text, recap
 from tests.lab.router.conftest import (
+    INVENTORY,
     LAB,
     MODEL,
+    ROOT,
     ROUTER,
     UNIT,
     answered,
     chat,
     delta,
+    env,
     playbook,
     server_status,
     wait_status,
@@ -97,3 +104,82 @@ def test_a_second_run_changes_nothing_on_the_router(routed):
     proc = playbook("-l", ROUTER)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert recap(proc.stdout)[ROUTER]["changed"] == 0
+
+
+# The lab's SMI tools read each device's health from the node's hardware profile.
+HEALTH = ("python3 -c \"import json; p='/etc/vllm-fleet-lab/hardware.json'; h=json.load(open(p)); "
+          "h['health']={}; json.dump(h, open(p + '.new', 'w'))\" && mv /etc/vllm-fleet-lab/hardware.json.new "
+          "/etc/vllm-fleet-lab/hardware.json")
+
+
+def routed_chat(port: int) -> str:
+    """One chat completion through the router; the node HAProxy sent it to (X-Vllm-Fleet-Node)."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "who are you"}],
+                       "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.status == 200 and answer_text(json.loads(answer.read()))
+        return answer.headers["X-Vllm-Fleet-Node"]
+
+
+def test_a_node_whose_device_turns_critical_leaves_the_pool_and_comes_back(routed):
+    """Issue 23's quarantine: nvidia-02's devices turn Critical while a client loops through the
+    router; its health agent answers HAProxy's agent-check with a weight of 0, so requests stop
+    reaching it, and once the devices are healthy they come back. No request fails, and status
+    says the model is quarantined and why."""
+    lab_api, port = routed
+    wait_status(lab_api, "nvidia-01", "UP", timeout=60)
+    log: list[tuple[float, str | None, str | None]] = []  # (sent at, node that answered, error)
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            sent = time.monotonic()
+            try:
+                log.append((sent, routed_chat(port), None))
+            except (OSError, AssertionError, urllib.error.HTTPError, ValueError, KeyError) as exc:
+                log.append((sent, None, repr(exc)))
+            time.sleep(0.05)
+
+    def landed_on(node: str, since: float) -> list[float]:
+        return [t for t, n, _ in list(log) if n == node and t >= since]
+
+    client = threading.Thread(target=loop, daemon=True)
+    client.start()
+    try:
+        time.sleep(3)
+        sick = time.monotonic()
+        lab_api.run(LAB, "nvidia-02", HEALTH.format({str(i): "Critical" for i in range(8)}))
+        try:
+            # Out of the pool: 10 s in a row with no request reaching it (at most 45 s).
+            while time.monotonic() - sick < 45 and time.monotonic() - max([sick, *landed_on("nvidia-02", sick)]) < 10:
+                time.sleep(0.5)
+            rc, data = status_of("nvidia-02")
+        finally:
+            healed = time.monotonic()
+            lab_api.run(LAB, "nvidia-02", HEALTH.format({}))
+        while time.monotonic() - healed < 45 and not landed_on("nvidia-02", healed):
+            time.sleep(0.5)
+        time.sleep(2)
+    finally:
+        stop.set()
+        client.join(timeout=90)
+    out_s = max([sick, *[t for t in landed_on("nvidia-02", sick) if t < healed]]) - sick
+    back = landed_on("nvidia-02", healed)
+    print(f"\nquarantine: {len(log)} requests, out of the pool {out_s:.1f} s after Critical, "
+          f"back {(back[0] - healed) if back else float('nan'):.1f} s after healthy")
+    assert [e for _, _, e in log if e] == []
+    assert out_s <= 30, f"nvidia-02 still answered {out_s:.1f} s after its devices turned Critical"
+    assert back and back[0] - healed <= 30, "nvidia-02 did not come back within 30 s of being healthy"
+    assert landed_on("nvidia-01", sick), "nvidia-01 answered nothing while nvidia-02 was out"
+    row = next(r for r in data["rows"] if r["node"] == "nvidia-02")
+    assert rc == 5 and row["quarantined"].startswith("device ") and "Critical" in row["quarantined"], data
+
+
+def status_of(node: str) -> tuple[int, dict]:
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "status", "-i", str(INVENTORY), "--json",
+                           "--window", "0.2", "-l", node], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=env())
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
