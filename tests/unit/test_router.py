@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLE_DIFFERENCES, ansible_playbook, example_hosts
+from tests.conftest import EXAMPLE_DIFFERENCES, GROUP_OF, ansible_playbook, example_hosts
 from vllm_fleet import router, validation
 from vllm_fleet.validation import router_problems
 
@@ -120,6 +120,27 @@ def listening(fleet: dict) -> dict:
 def test_valid_router_has_no_problems():
     routers = {"router-01": router_host([{"name": "gpt-oss-20b", "port": 9000}, {"name": "bge-m3", "port": 9001}])}
     assert router_problems(routers, listening(example_hosts())) == []
+
+
+def test_each_server_asks_its_nodes_health_agent_whose_port_is_in_the_registry():
+    fleet = listening(example_hosts())
+    routers = {"router-01": router_host([{"name": "gpt-oss-20b", "port": 9000}])}
+    (backend,) = router.backends(routers["router-01"]["router_models"], fleet)
+    server = backend["servers"][0]
+    assert (server["agent_address"], server["agent_port"]) == (server["address"], 9181)
+    fleet[server["host"]]["health_agent_listen_address"] = "192.0.2.77"
+    assert router.backends(routers["router-01"]["router_models"], fleet)[0]["servers"][0]["agent_address"] == \
+        "192.0.2.77"
+    del fleet[server["host"]]["health_agent_listen_address"]
+    # The agent listens beside the models: a port a model has is refused, naming the agent.
+    fleet[server["host"]]["health_agent_port"] = server["port"]
+    fleet = {h: {**v, "group_names": ["fleet", GROUP_OF[h]]} for h, v in fleet.items()}
+    everyone = {**fleet, **routers}
+    problems = validation.validate_inventory(everyone, sorted(everyone))
+    assert [p for p in problems if p.startswith(f"host {server['host']}: health_agent_port = {server['port']}")], \
+        problems
+    # Without routers nothing asks the agent, and it claims no port.
+    assert not [p for p in validation.validate_inventory(fleet, sorted(fleet)) if "health_agent_port" in p]
 
 
 def test_a_model_listening_on_loopback_of_another_machine_is_refused():
