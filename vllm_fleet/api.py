@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_fleet import bench as _bench
+from vllm_fleet import canary as _canary
 from vllm_fleet import live_status
 from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
@@ -586,6 +587,96 @@ def rollout(inventory, limit=None, extravars=None, serial: int | str = 1, max_fa
     return run_playbook("site.yml", inventory, limit=limit, extravars={**(extravars or {}), **rollout_vars},
                         rollout={"serial": serial, "max_fail_percentage": max_fail_percentage, "nodes": nodes},
                         **kwargs)
+
+
+@dataclass
+class CanaryRollout:
+    """A rollout whose first nodes were judged by seed 000's benchmark before the others
+    (vllm_fleet.canary): the canaries' run, the verdict per model, and then either the other
+    nodes' run or the canaries' rollback."""
+
+    canaries: list[str]
+    rest: list[str]
+    canary_run: RunResult
+    judgements: list = field(default_factory=list)
+    rest_run: RunResult | None = None
+    rollback_run: RunResult | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.canary_run.ok and not self.error and all(j.ok for j in self.judgements) \
+            and (self.rest_run is None or self.rest_run.ok)
+
+    @property
+    def exit_code(self) -> int:
+        for run in (self.canary_run, self.rest_run):
+            if run is not None and not run.ok:
+                return run.exit_code
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "exit_code": self.exit_code, "canaries": self.canaries, "rest": self.rest,
+                "error": self.error,
+                "judgements": [{"host": j.host, "model": j.model, "release": j.release, "figures": j.figures,
+                                "baseline": j.baseline, "problems": j.problems} for j in self.judgements],
+                "canary_run": self.canary_run.to_dict(),
+                "rest_run": self.rest_run.to_dict() if self.rest_run else None,
+                "rollback_run": self.rollback_run.to_dict() if self.rollback_run else None}
+
+    def __str__(self) -> str:
+        lines = [f"canaries {', '.join(self.canaries)}: converged" if self.canary_run.ok
+                 else f"canaries {', '.join(self.canaries)}: the converge failed", *(j.line() for j in self.judgements)]
+        if self.error:
+            lines.append(self.error)
+        if not self.canary_run.ok:
+            lines.append(str(self.canary_run))
+        elif self.rollback_run is not None:
+            lines.append("the canaries were rolled back to their previous release"
+                         if self.rollback_run.ok else f"rolling the canaries back failed:\n{self.rollback_run}")
+            lines.append(f"not reached: {', '.join(self.rest) or 'none'}")
+        elif self.rest_run is not None:
+            lines.append(f"the other nodes ({', '.join(self.rest)}):\n{self.rest_run}")
+        return "\n".join(lines)
+
+
+def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=None, serial: int | str = 1,
+                   max_fail_percentage: int = 0, history_dir: str | os.PathLike = "vllm-fleet-bench/history",
+                   conversations: list[int] | None = None, max_tokens: int | None = 128, bench_timeout: float = 600.0,
+                   **kwargs) -> CanaryRollout:
+    """rollout() of the first `canary` nodes of the run, then seed 000's benchmark on their chat
+    models against the last figures accepted for each (vllm_fleet.canary): within the inventory's
+    tolerances, the figures are recorded in `history_dir` and the other nodes are rolled out
+    `serial` at a time; otherwise the canaries go back to their previous release (rollback())
+    and no other node is touched. The verdict carries the figures."""
+    canaries, rest = _canary.split(fleet_nodes(inventory, limit), canary)
+    hostvars = _bench.inventory_hostvars(str(inventory), ",".join(canaries))
+    limits = _canary.tolerances([hostvars[h] for h in canaries if h in hostvars])
+    run = rollout(inventory, limit=",".join(canaries), extravars=extravars, secrets=secrets, serial=len(canaries),
+                  max_fail_percentage=0, **kwargs)
+    outcome = CanaryRollout(canaries=canaries, rest=rest, canary_run=run)
+    if not run.ok:
+        return outcome
+    targets = _bench.targets_from_hostvars(hostvars, extravars, secrets)
+    if not targets:
+        outcome.error = "no chat model on the canaries: the benchmark gate has nothing to judge"
+        return outcome
+    figures = _bench.bench_targets(targets, conversations=conversations, max_tokens=max_tokens,
+                                   timeout=bench_timeout, chart_file=False)
+    for result in figures.results:
+        release = (run.releases.get(result.host) or {}).get("to") or "-"
+        outcome.judgements.append(_canary.judge(result, release, _canary.baseline(history_dir, result.served),
+                                                limits))
+    if all(j.ok for j in outcome.judgements):
+        for judgement in outcome.judgements:
+            _canary.record(history_dir, judgement, figures.conversations, max_tokens)
+        if rest:
+            outcome.rest_run = rollout(inventory, limit=",".join(rest), extravars=extravars, secrets=secrets,
+                                       serial=serial, max_fail_percentage=max_fail_percentage, **kwargs)
+        return outcome
+    outcome.rollback_run = rollback(inventory, limit=",".join(canaries), extravars=extravars, secrets=secrets,
+                                    **kwargs)
+    return outcome
 
 
 def fleet_nodes(inventory, limit: str | None = None) -> list[str]:

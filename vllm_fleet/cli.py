@@ -5,10 +5,11 @@
     vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
-    vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P] [--json]
+    vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P]
+                         [--canary N --gate bench [--history-dir DIR]] [--json]
     vllm-fleet status    [-i INVENTORY] [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
     vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N]
-                         [--evalscope ...] [--json]
+                         [--evalscope ...] [--history] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
@@ -26,13 +27,15 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet import __version__, api, bench, lab, live_status
+from vllm_fleet import __version__, api, bench, canary, lab, live_status
 from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from vllm_fleet.exit_codes import EXIT_UNREACHABLE as EXIT_UNREACHABLE  # re-exported: cli.EXIT_UNREACHABLE
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.vendors import VENDORS
 
 DEFAULT_INVENTORY = "inventories/lab"
+#: Where gated rollouts keep the figures they accepted (vllm_fleet.canary).
+HISTORY_DIR = "vllm-fleet-bench/history"
 
 
 # ------------------------------------------------------------------ progress
@@ -174,7 +177,15 @@ def cmd_run(args) -> int:
             result = api.doctor(inventory, **kwargs)
         elif args.command == "rollback":
             result = api.rollback(inventory, **kwargs)
+        elif args.command == "rollout" and args.canary:
+            if args.gate != "bench":
+                raise ValueError("--canary N needs --gate bench: the canaries are judged by seed 000's benchmark")
+            result = api.canary_rollout(inventory, args.canary, serial=args.serial,
+                                        max_fail_percentage=args.max_fail_percentage, history_dir=args.history_dir,
+                                        conversations=args.conversations, max_tokens=args.max_tokens, **kwargs)
         elif args.command == "rollout":
+            if args.gate:
+                raise ValueError("--gate bench judges canaries: give their count with --canary N")
             result = api.rollout(inventory, serial=args.serial, max_fail_percentage=args.max_fail_percentage, **kwargs)
         else:
             result = api.verify(inventory, **kwargs)
@@ -269,6 +280,10 @@ def cmd_bench(args) -> int:
     """Seed 000's multi-turn chat test on the fleet's chat models (vllm_fleet.bench), or with
     --evalscope seed 001's evalscope checks."""
     log = (lambda m: None) if args.json or args.quiet else (lambda m: print(f"==> {m}", file=sys.stderr))
+    if args.history:
+        rows = canary.history(args.history_dir)
+        print(json.dumps(rows, indent=2) if args.json else canary.history_table(rows))
+        return EXIT_OK
     try:
         targets = bench.targets_from_hostvars(bench.inventory_hostvars(_inventory(args.inventory), args.limit),
                                               parse_extravars(args.extra_vars), load_secrets(args.secrets),
@@ -347,6 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serial", default="1", help="nodes per batch: a number or a percentage such as 25%% (default 1)")
     p.add_argument("--max-fail-percentage", type=int, default=0,
                    help="failed nodes of a batch, in percent, beyond which no later batch starts (default 0)")
+    p.add_argument("--canary", type=int, metavar="N",
+                   help="converge the run's first N nodes first and judge them (--gate) before the others")
+    p.add_argument("--gate", choices=["bench"],
+                   help="bench: seed 000's benchmark on the canaries against their models' last accepted figures "
+                   "(tolerances: fleet_canary_speed_drop_percent, fleet_canary_ttft_rise_percent); "
+                   "outside them the canaries go back to their previous release")
+    p.add_argument("--history-dir", default=HISTORY_DIR,
+                   help=f"where accepted figures are kept per model and release (default: {HISTORY_DIR})")
+    p.add_argument("--conversations", type=int, nargs="+", metavar="N",
+                   help="--gate bench: only these of seed 000's four conversations (default: all)")
+    p.add_argument("--max-tokens", type=int, default=128,
+                   help="--gate bench: cap each answer at N tokens (default 128)")
     p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("plan", help="write every host's files and command lines, contacting no node")
@@ -391,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=int, help="--evalscope perf: output tokens instead of the seed's 1024")
     p.add_argument("--limit-samples", type=int, help="--evalscope accuracy: at most N samples per subset")
     p.add_argument("--dry-run", action="store_true", help="--evalscope: print the command lines, run nothing")
+    p.add_argument("--history", action="store_true",
+                   help="print the figures gated rollouts accepted, per model and release, and run nothing")
+    p.add_argument("--history-dir", default=HISTORY_DIR, help=f"where they are kept (default: {HISTORY_DIR})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_bench)

@@ -168,6 +168,29 @@ def test_release_wheel_installs_as_that_release(tmp_path):
     assert "torch==2.9.0" in metadata
 
 
+def test_a_slow_release_wheel_paces_its_stream_and_a_good_one_does_not(tmp_path):
+    import zipfile
+
+    slow = artifacts.build_engine_release(tmp_path / "slow", "0.11.2.post2", [], piece_seconds=0.05)
+    good = artifacts.build_engine_release(tmp_path / "good", "0.11.2", [])
+    with zipfile.ZipFile(slow) as wheel:
+        assert wheel.read("vllm/_release_slow.py").decode().endswith("PIECE_SECONDS = 0.05\n")
+    with zipfile.ZipFile(good) as wheel:
+        assert "vllm/_release_slow.py" not in wheel.namelist()
+    # What the engine does with it, each release unpacked as pip would: a pause before each streamed piece.
+    timing = "import time; from vllm.entrypoints.openai import serving as s; t = time.monotonic(); " \
+             "list(s.paced(['a ', 'b ', 'c '])); print(round(time.monotonic() - t, 2))"
+    took = {}
+    for name, wheel in (("slow", slow), ("good", good)):
+        with zipfile.ZipFile(wheel) as unpacked:
+            unpacked.extractall(tmp_path / f"{name}-site")
+        done = subprocess.run([sys.executable, "-c", timing], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path / f"{name}-site")})
+        assert done.returncode == 0, done.stderr
+        took[name] = float(done.stdout)
+    assert took["slow"] >= 0.15 and took["good"] < 0.05, took
+
+
 # ------------------------------------------------------------------ the lab inventory
 
 def test_lab_inventory_of_an_nvidia_node_is_valid():

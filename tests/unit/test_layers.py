@@ -38,6 +38,7 @@ LAYERS = {
     # 3 features: live status, bench, the vLLM parser checks.
     "vllm_fleet.live_status": 3,
     "vllm_fleet.bench": 3,
+    "vllm_fleet.canary": 3,
     "vllm_fleet.argcheck": 3,
     # 4 surfaces: the API (re-exported by the root package) and the command line.
     "vllm_fleet": 4,

@@ -167,7 +167,8 @@ def build_standin_wheels(out_dir: Path) -> list[Path]:
             built.append(write_wheel(out_dir, dist["name"], version, files, requires, dist.get("summary", "")))
     for release in plan.get("engine_releases", []):
         built.append(build_engine_release(out_dir, release["version"], release.get("requires", []),
-                                          startup_error=release.get("startup_error")))
+                                          startup_error=release.get("startup_error"),
+                                          piece_seconds=release.get("piece_seconds")))
     return built
 
 
@@ -175,7 +176,8 @@ def build_standin_wheels(out_dir: Path) -> list[Path]:
 ENGINE_DIR = FIXTURES_DIR / "repos" / "vllm"
 
 
-def build_engine_release(out_dir: Path, version: str, requires: list[str], startup_error: str | None = None) -> Path:
+def build_engine_release(out_dir: Path, version: str, requires: list[str], startup_error: str | None = None,
+                         piece_seconds: float | None = None) -> Path:
     """The engine stand-in as the release wheel ``vllm==version`` of a pip index.
 
     What ``pip install vllm==<release>`` gets from PyPI: the package, a
@@ -183,7 +185,9 @@ def build_engine_release(out_dir: Path, version: str, requires: list[str], start
     release build, and which the stand-in's version module reads first), the
     ``vllm`` console script, and the release's requirements (the torch it pins).
     With `startup_error`, a bad release: ``vllm/_release_fault.py`` carries the message
-    ``vllm serve`` fails with at start-up (vllm.entrypoints.cli.main).
+    ``vllm serve`` fails with at start-up (vllm.entrypoints.cli.main). With `piece_seconds`,
+    a slow release: ``vllm/_release_slow.py`` makes the engine pause that long before each
+    streamed piece (vllm.entrypoints.openai.serving).
     """
     files: dict[str, str | bytes] = {}
     package = ENGINE_DIR / "vllm"
@@ -195,6 +199,9 @@ def build_engine_release(out_dir: Path, version: str, requires: list[str], start
     if startup_error:
         files["vllm/_release_fault.py"] = ("# Written by the lab's release build: a bad release.\n"
                                            f"MESSAGE = {startup_error!r}\n")
+    if piece_seconds:
+        files["vllm/_release_slow.py"] = ("# Written by the lab's release build: a slow release.\n"
+                                          f"PIECE_SECONDS = {float(piece_seconds)!r}\n")
     return write_wheel(out_dir, "vllm", version, files, requires,
                        "A high-throughput and memory-efficient inference and serving engine for LLMs "
                        "(vllm-fleet lab stand-in)", scripts={"vllm": "vllm.entrypoints.cli.main:main"})

@@ -90,3 +90,55 @@ def test_a_release_whose_engine_fails_rolls_the_first_node_back_and_never_touche
     for _ in range(8):
         chat(port)
     assert min(delta(before, answered(lab_api)).values()) >= 2
+
+
+def test_a_canary_on_a_slow_release_is_refused_by_the_bench_gate_and_rolled_back(routed_quiet, tmp_path):
+    """Issue 23's canaries judged by seed 000's benchmark (vllm-fleet rollout --canary 1 --gate
+    bench): a first gated rollout records the canary's figures (no baseline yet) and the other
+    node follows; the same release again is within tolerance and proceeds; a release that streams
+    slowly (the lab's vllm 0.11.2.post2, a fixture release that pauses before each streamed piece)
+    is refused on the canary with its figures, the canary goes back to its release, and the second
+    node never gets the slow one."""
+    lab_api, port = routed_quiet
+    matrix = group_matrix()
+    good = vendor_release_id(matrix, "nvidia")
+    slow_matrix = {**matrix, "vllm": {**matrix["vllm"], "version": "0.11.2.post2"},
+                   "vllm_image": {**matrix["vllm_image"], "tag": "v0.11.2.post2"}}
+    slow = vendor_release_id(slow_matrix, "nvidia")
+    gate = ("rollout", "--canary", "1", "--gate", "bench", "--history-dir", str(tmp_path / "history"),
+            "--conversations", "1", "--max-tokens", "32", "--json")
+    runs = []
+    # The stand-in's speed varies with the load of the machine: a wide tolerance, which the slow
+    # release is still far outside.
+    for node in NODES:
+        set_host_vars(node, fleet_canary_speed_drop_percent=60)
+    try:
+        for change in (None, None, slow_matrix):
+            for node in NODES:
+                set_host_vars(node, fleet_matrix=change)
+            started = time.monotonic()
+            proc = vllm_fleet(*gate)
+            runs.append((proc.returncode, json.loads(proc.stdout), time.monotonic() - started))
+    finally:
+        for node in NODES:
+            set_host_vars(node, fleet_matrix=None, fleet_canary_speed_drop_percent=None)
+    print("\n" + "\n".join(f"gated rollout {i + 1}: exit {rc} in {took:.1f} s, "
+                           f"{[(j['host'], j['figures']['chars_per_s'], j['problems']) for j in out['judgements']]}"
+                           for i, (rc, out, took) in enumerate(runs)))
+    (rc1, first, _), (rc2, second, _), (rc3, third, _) = runs
+    # 1. No baseline: recorded, not judged; the other node follows.
+    assert rc1 == 0 and first["judgements"][0]["baseline"] is None, first
+    assert first["rest"] == [NODES[1]] and first["rest_run"]["ok"], first
+    # 2. The same release: within tolerance of the figures just recorded; the other node follows.
+    assert rc2 == 0 and second["judgements"][0]["problems"] == [], second
+    assert good in second["judgements"][0]["baseline"]["release"] and second["rest_run"]["ok"], second
+    # 3. The slow release: refused on the canary with its figures, rolled back, nothing else touched.
+    assert rc3 == 2, third
+    (verdict,) = third["judgements"]
+    assert verdict["host"] == NODES[0] and slow in verdict["release"], verdict
+    assert verdict["problems"] and verdict["problems"][0].startswith("output speed "), verdict
+    assert third["rest_run"] is None and third["rollback_run"]["ok"], third
+    assert current(lab_api, NODES[0]) == f"releases/{good}"
+    assert current(lab_api, NODES[1]) == f"releases/{good}"
+    assert slow not in on_node(lab_api, NODES[1], f"ls {BASE}/releases").split()
+    assert chat(port)

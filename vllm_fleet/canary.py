@@ -1,0 +1,156 @@
+"""Canaries judged by seed 000's benchmark (issue 23): which nodes go first, the figures a
+release must keep, where they are kept, and the verdict.
+
+`vllm-fleet rollout --canary N --gate bench` (vllm_fleet.api.canary_rollout) converges the first N
+nodes of the run, benches their chat models with seed 000's conversations
+(vllm_fleet.bench, the controller asking each model directly, so that a canary is measured,
+not the pool), and compares each model's figures with the last ones accepted for it: output
+speed (chars/s, the seed's measure) may fall and the time to first token may rise by at most
+the inventory's tolerances, in percent. Accepted figures are kept per model and release, one
+JSON file per model in the history directory (`vllm-fleet bench --history` prints them). A
+model without accepted figures yet is not judged: its canary's figures become its baseline,
+and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_fleet.bench import ModelResult
+from vllm_fleet.role_specs import role_default
+
+#: The inventory's tolerances (fleet_* variables; their defaults are roles/fleet's).
+TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def split(nodes: list[str], count: int) -> tuple[list[str], list[str]]:
+    """The canaries (the first `count` nodes of the run, in inventory order) and the rest."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"canary {count!r}: a number of nodes, at least 1")
+    if count > len(nodes):
+        raise ValueError(f"canary {count}: the run has {len(nodes)} fleet node(s) ({', '.join(nodes) or 'none'}); "
+                         f"accepted: 1 to {len(nodes)}")
+    return nodes[:count], nodes[count:]
+
+
+def tolerances(host_vars: list[dict]) -> dict[str, float]:
+    """The strictest of the canaries' tolerances (each in 0-100; validation refuses others)."""
+    out = {}
+    for name in TOLERANCES:
+        default = role_default(name)
+        values = [v.get(name, default) for v in host_vars] or [default]
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+                raise ValueError(f"{name} = {value!r}: a percentage from 0 to 100")
+        out[name] = float(min(values))
+    return out
+
+
+@dataclass
+class Judgement:
+    """One canary model's verdict."""
+
+    host: str
+    model: str
+    release: str
+    figures: dict
+    baseline: dict | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def line(self) -> str:
+        now = f"{self.figures.get('chars_per_s')} chars/s, TTFT {self.figures.get('ttft_s')} s"
+        if self.problems:
+            return f"{self.host} {self.model}: REFUSED: " + "; ".join(self.problems)
+        if self.baseline is None:
+            return (f"{self.host} {self.model}: {now} on release {self.release}; no baseline for this model yet: "
+                    "recorded as its baseline, not judged")
+        return (f"{self.host} {self.model}: {now} on release {self.release}, within tolerance of "
+                f"{self.baseline.get('chars_per_s')} chars/s, TTFT {self.baseline.get('ttft_s')} s "
+                f"(release {self.baseline.get('release')})")
+
+
+def judge(result: ModelResult, release: str, baseline: dict | None, limits: dict[str, float]) -> Judgement:
+    """A canary model's figures against its baseline (None: none yet, nothing to judge)."""
+    figures = {"chars_per_s": _round(result.chars_per_s), "ttft_s": _round(result.ttft_s, 3),
+               "turns": len(result.turns), "error": result.error}
+    verdict = Judgement(host=result.host, model=result.served, release=release, figures=figures, baseline=baseline)
+    if result.error or result.chars_per_s is None:
+        verdict.problems.append(f"the benchmark failed: {result.error or 'no answer'}")
+        return verdict
+    if baseline is None:
+        return verdict
+    drop, rise = limits["fleet_canary_speed_drop_percent"], limits["fleet_canary_ttft_rise_percent"]
+    before = baseline.get("chars_per_s")
+    if before and result.chars_per_s < before * (1 - drop / 100):
+        fell = 100 * (1 - result.chars_per_s / before)
+        verdict.problems.append(f"output speed {result.chars_per_s:.1f} chars/s is {fell:.0f}% "
+                                f"below the baseline's {before:.1f} (release {baseline.get('release')}); "
+                                f"fleet_canary_speed_drop_percent allows {drop:g}%")
+    ttft_before = baseline.get("ttft_s")
+    if ttft_before and result.ttft_s is not None and result.ttft_s > ttft_before * (1 + rise / 100):
+        rose = 100 * (result.ttft_s / ttft_before - 1)
+        verdict.problems.append(f"time to first token {result.ttft_s:.3f} s is {rose:.0f}% "
+                                f"above the baseline's {ttft_before:.3f} s (release {baseline.get('release')}); "
+                                f"fleet_canary_ttft_rise_percent allows {rise:g}%")
+    return verdict
+
+
+def _round(value, digits=1):
+    return None if value is None else round(value, digits)
+
+
+# ------------------------------------------------------------------ the history of accepted figures
+
+def history_file(history_dir: str | Path, model: str) -> Path:
+    return Path(history_dir) / f"{_SAFE.sub('_', model)}.json"
+
+
+def entries(history_dir: str | Path, model: str) -> list[dict]:
+    path = history_file(history_dir, model)
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def baseline(history_dir: str | Path, model: str) -> dict | None:
+    """The last figures accepted for the model, whatever its release."""
+    found = entries(history_dir, model)
+    return found[-1] if found else None
+
+
+def record(history_dir: str | Path, verdict: Judgement, conversations: list[int], max_tokens: int | None) -> dict:
+    """Keep an accepted canary's figures as the model's newest baseline (per model and release)."""
+    entry = {"model": verdict.model, "release": verdict.release, "host": verdict.host,
+             "chars_per_s": verdict.figures["chars_per_s"], "ttft_s": verdict.figures["ttft_s"],
+             "conversations": conversations, "max_tokens": max_tokens,
+             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path = history_file(history_dir, verdict.model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([*entries(history_dir, verdict.model), entry], indent=2) + "\n")
+    tmp.replace(path)
+    return entry
+
+
+def history(history_dir: str | Path) -> list[dict]:
+    """Every accepted figure of every model, oldest first per model."""
+    directory = Path(history_dir)
+    return [e for path in sorted(directory.glob("*.json")) for e in json.loads(path.read_text())] \
+        if directory.is_dir() else []
+
+
+def history_table(rows: list[dict]) -> str:
+    if not rows:
+        return "no baseline recorded yet (a gated rollout records one: vllm-fleet rollout --canary N --gate bench)"
+    heads = ("model", "release", "host", "chars_per_s", "ttft_s", "recorded_at")
+    cells = [[str(r.get(h, "")) for h in heads] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+                     for row in [list(map(str.upper, heads)), *cells])
