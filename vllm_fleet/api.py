@@ -657,12 +657,18 @@ def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=N
     outcome = CanaryRollout(canaries=canaries, rest=rest, canary_run=run)
     if not run.ok:
         return outcome
-    targets = _bench.targets_from_hostvars(hostvars, extravars, secrets)
-    if not targets:
-        outcome.error = "no chat model on the canaries: the benchmark gate has nothing to judge"
+    try:
+        targets = _bench.targets_from_hostvars(hostvars, extravars, secrets)
+        figures = _bench.bench_targets(targets, conversations=conversations, max_tokens=max_tokens,
+                                       timeout=bench_timeout, chart_file=False) if targets else None
+    except _bench.BenchError as exc:
+        targets, figures, outcome.error = [], None, f"the benchmark gate could not run: {exc}"
+    if figures is None:
+        # Nothing judged is nothing accepted: the canaries go back, no other node is touched.
+        outcome.error = outcome.error or "no chat model on the canaries: the benchmark gate has nothing to judge"
+        outcome.rollback_run = rollback(inventory, limit=",".join(canaries), extravars=extravars, secrets=secrets,
+                                        **kwargs)
         return outcome
-    figures = _bench.bench_targets(targets, conversations=conversations, max_tokens=max_tokens,
-                                   timeout=bench_timeout, chart_file=False)
     for result in figures.results:
         release = (run.releases.get(result.host) or {}).get("to") or "-"
         outcome.judgements.append(_canary.judge(result, release, _canary.baseline(history_dir, result.served),

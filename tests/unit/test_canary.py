@@ -136,3 +136,15 @@ def test_bench_history_prints_the_accepted_figures(tmp_path, capsys):
     assert cli.main(["bench", "--history", "--history-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "MODEL" in out and "qwen" in out and "100.0" in out
+
+
+def test_a_gate_that_cannot_bench_rolls_the_canaries_back(monkeypatch, tmp_path):
+    calls = Recorder(monkeypatch, chars_per_s=100).calls
+
+    def broken(*args, **kwargs):
+        raise api._bench.BenchError("host n1: fleet_models is a template")
+    monkeypatch.setattr(api._bench, "targets_from_hostvars", broken)
+    outcome = api.canary_rollout("inv", 1, history_dir=tmp_path)
+    assert not outcome.ok and calls == [("rollout", "n1"), ("rollback", "n1")]
+    assert "the benchmark gate could not run: host n1: fleet_models is a template" in str(outcome)
+    assert canary.history(tmp_path) == []
