@@ -60,13 +60,15 @@ def interrupted(lab):
         os.killpg(cli.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
         cli_out, _ = cli.communicate(timeout=120)
         cli_seconds = time.monotonic() - struck
+        # Read at once: the transfer the node's module had begun may go on after the controller
+        # stopped, and ends whole (atomic rename) once the slow server is done with it, 60 s on.
+        cache_after_cut = lab.run(LAB, "ascend-01", f"ls -A {CACHE}")
         play_out, _ = play.communicate(timeout=300)
     finally:
         lab.set_faults(LAB, {})
         for proc in (cli, play):
             if proc.poll() is None:
                 proc.kill()
-    cache_after_cut = lab.run(LAB, "ascend-01", f"ls -A {CACHE}")
     after = wait_back(lab, "ascend-02", before)
     # No ansible-playbook of the interrupted CLI run still at work on the node.
     left = subprocess.run(["pgrep", "-f", "ansible-playbook .*-l ascend-01"], capture_output=True, text=True).stdout

@@ -100,10 +100,12 @@ def answered(lab_api) -> dict[str, int]:
 
 
 def server_status(lab_api) -> dict[str, str]:
-    """HAProxy's view of each server of the model's backend (UP, DOWN, DRAIN, ...)."""
+    """HAProxy's view of each server of the model's backend (UP, DOWN, DRAIN, ...). HAProxy writes
+    a drained server with an agent check (every server: roles/health_agent) as "DRAIN (agent)":
+    the state is the first word."""
     out = lab_api.run(LAB, ROUTER, 'echo "show stat" | socat stdio unix-connect:/run/haproxy/admin.sock')
     rows = [line.split(",") for line in out.splitlines() if line.startswith(f"model_{MODEL},")]
-    return {row[1]: row[17] for row in rows if row[1] in NODES}
+    return {row[1]: row[17].split(" (")[0] for row in rows if row[1] in NODES}
 
 
 def wait_status(lab_api, node: str, status: str, timeout: float = 20) -> float:
