@@ -9,8 +9,9 @@ from vllm_fleet.project import PROJECT_DIR
 
 __version__ = "0.1.0"
 
-_API = ("EXIT_FAILED", "EXIT_INVALID_INVENTORY", "EXIT_OK", "EXIT_UNREACHABLE", "HostResult", "PlanResult",
-        "RunResult", "TaskFailure", "doctor", "plan", "provision", "rollback", "status", "verify")
+_API = ("CanaryRollout", "EXIT_FAILED", "EXIT_INVALID_INVENTORY", "EXIT_OK", "EXIT_UNREACHABLE", "HostResult",
+        "PlanResult", "RunResult", "TaskFailure", "canary_rollout", "doctor", "plan", "provision", "rollback",
+        "rollout", "status", "verify")
 
 
 def __getattr__(name: str):
@@ -23,5 +24,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'vllm_fleet' has no attribute {name!r}")
 
 
-__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "status", "RunResult", "HostResult",
-           "TaskFailure", "PlanResult", "EXIT_OK", "EXIT_FAILED", "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]
+__all__ = ["PROJECT_DIR", "provision", "doctor", "verify", "plan", "rollback", "rollout", "canary_rollout", "status",
+           "RunResult", "HostResult", "TaskFailure", "PlanResult", "CanaryRollout", "EXIT_OK", "EXIT_FAILED",
+           "EXIT_UNREACHABLE", "EXIT_INVALID_INVENTORY"]
