@@ -23,8 +23,11 @@ from tests.lab.router.conftest import (
     chat,
     delta,
     env,
+    host_vars,
+    on_node,
     playbook,
     server_status,
+    set_host_vars,
     wait_status,
 )
 
@@ -183,3 +186,23 @@ def status_of(node: str) -> tuple[int, dict]:
                           env=env())
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
+
+
+def test_replicas_that_differ_in_max_model_len_are_refused_before_any_node_is_touched(routed):
+    """Issue 23's replica consistency on the lab: nvidia-02's model given another max_model_len than
+    nvidia-01's behind the same router name; site.yml stops at validation, naming both hosts, and
+    no node is contacted (no fact gathered, no engine restarted)."""
+    lab_api, port = routed
+    before = on_node(lab_api, "nvidia-02", f"systemctl show -p MainPID --value {UNIT}")
+    (model,) = host_vars("nvidia-02")["fleet_models"]
+    changed = {**model, "serve": {**model["serve"], "max_model_len": 1024}}
+    set_host_vars("nvidia-02", fleet_models=[changed])
+    try:
+        proc = playbook()
+    finally:
+        set_host_vars("nvidia-02", fleet_models=[model])
+    assert proc.returncode != 0
+    assert ("nvidia-01 and nvidia-02 serve it with a different max_model_len") in proc.stdout, proc.stdout[-3000:]
+    assert "Gathering Facts" not in proc.stdout and "preflight" not in proc.stdout, proc.stdout[-3000:]
+    assert on_node(lab_api, "nvidia-02", f"systemctl show -p MainPID --value {UNIT}") == before
+    assert answer_text(chat(port))
