@@ -641,7 +641,7 @@ class CanaryRollout:
 
 
 def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=None, serial: int | str = 1,
-                   max_fail_percentage: int = 0, history_dir: str | os.PathLike = "vllm-fleet-bench/history",
+                   max_fail_percentage: int = 0, history_dir: str | os.PathLike = _canary.HISTORY_DIR,
                    conversations: list[int] | None = None, max_tokens: int | None = 128, bench_timeout: float = 600.0,
                    **kwargs) -> CanaryRollout:
     """rollout() of the first `canary` nodes of the run, then seed 000's benchmark on their chat

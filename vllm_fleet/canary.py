@@ -25,6 +25,8 @@ from vllm_fleet.role_specs import role_default
 
 #: The inventory's tolerances (fleet_* variables; their defaults are roles/fleet's).
 TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent")
+#: Where gated rollouts keep the figures they accepted, by default (relative to the working directory).
+HISTORY_DIR = "vllm-fleet-bench/history"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 

@@ -34,8 +34,7 @@ from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.vendors import VENDORS
 
 DEFAULT_INVENTORY = "inventories/lab"
-#: Where gated rollouts keep the figures they accepted (vllm_fleet.canary).
-HISTORY_DIR = "vllm-fleet-bench/history"
+HISTORY_DIR = canary.HISTORY_DIR
 
 
 # ------------------------------------------------------------------ progress
