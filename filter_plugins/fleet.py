@@ -216,6 +216,19 @@ def fleet_ray_gate_spec(model, members, resource, timeout, delay=2):
     return cluster.gate_spec(_plain(model), _plain(members), _plain(resource) or None, int(timeout), int(delay))
 
 
+def fleet_fabric_spec(model, member, address, head_address, env, checks):
+    """What a spanning model's member checks before its Ray unit starts (vllm_fleet.cluster.fabric_spec)."""
+    return cluster.fabric_spec(_plain(model), str(member), str(address), str(head_address), _plain(env) or {},
+                               _plain(checks) or [])
+
+
+def fleet_fabric_head_probes(model, hostvars):
+    """On a span's head, what each other member must reach (vllm_fleet.cluster.head_probes)."""
+    model = _plain(model)
+    addresses = {str(host): fleet_cluster_address(hostvars, host) for host in model["span"]["nodes"]}
+    return cluster.head_probes(model, addresses)
+
+
 def vllm_serve_argv(model, executable="vllm"):
     return render.serve_argv(_plain(model), executable)
 
@@ -370,4 +383,6 @@ class FilterModule:
             "fleet_ray_env": fleet_ray_env,
             "fleet_ray_start_argv": fleet_ray_start_argv,
             "fleet_ray_gate_spec": fleet_ray_gate_spec,
+            "fleet_fabric_spec": fleet_fabric_spec,
+            "fleet_fabric_head_probes": fleet_fabric_head_probes,
         }

@@ -227,8 +227,9 @@ NAMES = ["has space", "has/slash", "bidi\u202ename", "n" * 300]
 #: no minimum free disk (0 GB) may be asked for; a 1 GB Ray object store is an ordinary size;
 #: no restart (0) is a legal bound.
 #: no image per prompt (limit_mm_per_prompt.image: 0) turns a modality off.
-#: a tolerance of 0 percent (fleet_canary_*_percent: the canary may not fall at all) is strict, not wrong.
-LEGAL_NUMBERS = {(0, "_gb"), (10**9, "_bytes"), (0, "_restarts"), (0, "image"), (0, "_percent")}
+#: a tolerance of 0 percent or 0 points (fleet_canary_*_percent, *_points: the canary may not fall at all)
+#: is strict, not wrong.
+LEGAL_NUMBERS = {(0, "_gb"), (10**9, "_bytes"), (0, "_restarts"), (0, "image"), (0, "_percent"), (0, "_points")}
 
 
 def _suffix(key: str) -> str:

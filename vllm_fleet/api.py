@@ -643,12 +643,26 @@ class CanaryRollout:
 def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=None, serial: int | str = 1,
                    max_fail_percentage: int = 0, history_dir: str | os.PathLike = _canary.HISTORY_DIR,
                    conversations: list[int] | None = None, max_tokens: int | None = 128, bench_timeout: float = 600.0,
+                   accuracy_set: str | os.PathLike | None = None, accuracy_limit: int | None = None,
                    **kwargs) -> CanaryRollout:
     """rollout() of the first `canary` nodes of the run, then seed 000's benchmark on their chat
     models against the last figures accepted for each (vllm_fleet.canary): within the inventory's
     tolerances, the figures are recorded in `history_dir` and the other nodes are rolled out
     `serial` at a time; otherwise the canaries go back to their previous release (rollback())
-    and no other node is touched. The verdict carries the figures."""
+    and no other node is touched. The verdict carries the figures. With `accuracy_set` (a local
+    dataset directory of seed 001's evalscope accuracy run, at most `accuracy_limit` samples per
+    subset), each canary model's accuracy is measured too and may lose at most the inventory's
+    fleet_canary_accuracy_drop_points against the last accuracy accepted on that set."""
+    accuracy_work = None
+    if accuracy_set is not None:
+        if not Path(accuracy_set).is_dir():
+            raise ValueError(f"accuracy set {accuracy_set}: not a directory (the dataset's files, read locally)")
+        if _bench.evalscope_executable() is None:
+            raise ValueError("an accuracy set needs evalscope: pip install 'vllm-fleet[evalscope]'")
+        if accuracy_limit is not None and (isinstance(accuracy_limit, bool) or not isinstance(accuracy_limit, int)
+                                           or accuracy_limit < 1):
+            raise ValueError(f"accuracy limit {accuracy_limit!r}: a number of samples per subset, at least 1")
+        accuracy_work = Path(history_dir).parent / "canary-accuracy" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     canaries, rest = _canary.split(fleet_nodes(inventory, limit), canary)
     hostvars = _bench.inventory_hostvars(str(inventory), ",".join(canaries))
     limits = _canary.tolerances([hostvars[h] for h in canaries if h in hostvars])
@@ -671,8 +685,11 @@ def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=N
         return outcome
     for result in figures.results:
         release = (run.releases.get(result.host) or {}).get("to") or "-"
+        accuracy = None
+        if accuracy_work is not None:
+            accuracy = _canary_accuracy(targets, result, accuracy_set, accuracy_limit, accuracy_work)
         outcome.judgements.append(_canary.judge(result, release, _canary.baseline(history_dir, result.served),
-                                                limits))
+                                                limits, accuracy))
     if all(j.ok for j in outcome.judgements):
         for judgement in outcome.judgements:
             _canary.record(history_dir, judgement, figures.conversations, max_tokens)
@@ -683,6 +700,20 @@ def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=N
     outcome.rollback_run = rollback(inventory, limit=",".join(canaries), extravars=extravars, secrets=secrets,
                                     **kwargs)
     return outcome
+
+
+def _canary_accuracy(targets, result, accuracy_set, limit, work_dir) -> _canary.Accuracy:
+    """A canary model's accuracy on the set (seed 001's evalscope run), or why it has none."""
+    name = f"{Path(accuracy_set).resolve()}" + (f" (at most {limit} per subset)" if limit else "")
+    target = next((t for t in targets if t.host == result.host and t.served == result.served), None)
+    if target is None or result.error:
+        return _canary.Accuracy(set=name, error=result.error or "the model is not a benchmark target")
+    try:
+        percent = _bench.evalscope_accuracy(target, accuracy_set, work_dir=work_dir / f"{target.host}-{target.name}",
+                                            limit=limit)
+    except _bench.BenchError as exc:
+        return _canary.Accuracy(set=name, error=str(exc))
+    return _canary.Accuracy(set=name, percent=percent)
 
 
 def fleet_nodes(inventory, limit: str | None = None) -> list[str]:

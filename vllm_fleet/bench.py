@@ -592,6 +592,66 @@ def evalscope_executable() -> str | None:
     return str(beside) if beside.exists() else shutil.which("evalscope")
 
 
+def evalscope_score(work_dir: str | os.PathLike, model: str, dataset: str = ACCURACY_PRESET["dataset"]) -> float:
+    """The score (0-1) of the newest report `evalscope eval` wrote for `model` on `dataset` under
+    `work_dir` (<work_dir>/<timestamp>/reports/<model>/<dataset>.json). evalscope 1.14's report
+    (schema_version 2, the release vllm-fleet[evalscope] pins) names its conclusion by
+    `primary_metric_identity`; the metric with that identity carries the score. A report of the
+    schema before (no schema_version) carries it at the top. Read by hand: evalscope is an
+    optional extra, and its Report class needs pandas and the rest of it."""
+    reports = sorted(Path(work_dir).glob(f"**/reports/{model}/{dataset}.json"), key=lambda p: p.stat().st_mtime)
+    if not reports:
+        raise BenchError(f"evalscope wrote no {dataset} report for {model} under {work_dir}")
+    try:
+        report = json.loads(reports[-1].read_text())
+        if "schema_version" not in report:
+            return float(report["score"])
+        primary = report.get("primary_metric_identity")
+        (metric,) = [m for m in report.get("metrics") or [] if m.get("identity") == primary] if primary else [None]
+        if metric is None:
+            raise BenchError(f"{reports[-1]}: the report names no primary metric "
+                             f"({report.get('primary_metric_unavailable_reason') or 'no reason given'})")
+        return float(metric["score"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"{reports[-1]}: not an evalscope report this release reads ({exc})") from exc
+
+
+def evalscope_accuracy(target: Target, dataset_path: str | os.PathLike, *, work_dir: str | os.PathLike,
+                       limit: int | None = None, timeout: float = 3600) -> float:
+    """Seed 001's accuracy run on one model (the local dataset at `dataset_path`, at most `limit`
+    samples per subset), as a percentage; its log is <work_dir>/accuracy.log (the key scrubbed)."""
+    executable = evalscope_executable()
+    if executable is None:
+        raise BenchError("evalscope is not installed: pip install 'vllm-fleet[evalscope]'")
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    argv = evalscope_accuracy_argv(target, str(dataset_path), work_dir=str(work), limit=limit, executable=executable)
+    log = work / "accuracy.log"
+    try:
+        with open(log, "wb") as fh:
+            proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False, timeout=timeout,
+                                  env={**os.environ, **OFFLINE_ENV})
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"evalscope eval did not finish within {timeout:g} s (log: {log})") from exc
+    finally:
+        _scrub_tree(work, target.api_key)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise BenchError(f"evalscope eval exited {proc.returncode}: {tail[0]} (log: {log})")
+    return 100 * evalscope_score(work, target.served)
+
+
+def _scrub_tree(directory: Path, key: str) -> None:
+    """evalscope logs its arguments, the key among them: mask it in every file it wrote."""
+    if not key:
+        return
+    for path in directory.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            if scrub_bytes(data, [key]) != data:
+                path.write_bytes(scrub_bytes(data, [key]))
+
+
 def run_evalscope(targets: list[Target], *, checks: list[str], out_dir: str | os.PathLike,
                   tokenizer_path: str | None = None, dataset_path: str | None = None,
                   perf_overrides: dict | None = None, accuracy_limit: int | None = None, dry_run: bool = False,
@@ -627,11 +687,6 @@ def run_evalscope(targets: list[Target], *, checks: list[str], out_dir: str | os
                                           env={**os.environ, **OFFLINE_ENV})
                 row["rc"] = proc.returncode
                 row["log"] = str(base / f"{check}.log")
-                if t.api_key:  # evalscope logs its arguments, the key among them
-                    for path in base.rglob("*"):
-                        if path.is_file():
-                            data = path.read_bytes()
-                            if scrub_bytes(data, [t.api_key]) != data:
-                                path.write_bytes(scrub_bytes(data, [t.api_key]))
+                _scrub_tree(base, t.api_key)
             rows.append(row)
     return rows

@@ -6,7 +6,10 @@ nodes of the run, benches their chat models with seed 000's conversations
 (vllm_fleet.bench, the controller asking each model directly, so that a canary is measured,
 not the pool), and compares each model's figures with the last ones accepted for it: output
 speed (chars/s, the seed's measure) may fall and the time to first token may rise by at most
-the inventory's tolerances, in percent. Accepted figures are kept per model and release, one
+the inventory's tolerances, in percent. With an accuracy set (`--accuracy-set PATH`, seed 001's
+evalscope accuracy run on a local dataset), the canary's accuracy may also lose at most
+`fleet_canary_accuracy_drop_points` against the last accuracy accepted on the same set.
+Accepted figures are kept per model and release, one
 JSON file per model in the history directory (`vllm-fleet bench --history` prints them). A
 model without accepted figures yet is not judged: its canary's figures become its baseline,
 and the verdict says so.
@@ -24,7 +27,7 @@ from vllm_fleet.bench import ModelResult
 from vllm_fleet.role_specs import role_default
 
 #: The inventory's tolerances (fleet_* variables; their defaults are roles/fleet's).
-TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent")
+TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent", "fleet_canary_accuracy_drop_points")
 #: Where gated rollouts keep the figures they accepted, by default (relative to the working directory).
 HISTORY_DIR = "vllm-fleet-bench/history"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -48,7 +51,7 @@ def tolerances(host_vars: list[dict]) -> dict[str, float]:
         values = [v.get(name, default) for v in host_vars] or [default]
         for value in values:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-                raise ValueError(f"{name} = {value!r}: a percentage from 0 to 100")
+                raise ValueError(f"{name} = {value!r}: a number from 0 to 100")
         out[name] = float(min(values))
     return out
 
@@ -70,26 +73,54 @@ class Judgement:
 
     def line(self) -> str:
         now = f"{self.figures.get('chars_per_s')} chars/s, TTFT {self.figures.get('ttft_s')} s"
+        then = f"{(self.baseline or {}).get('chars_per_s')} chars/s, TTFT {(self.baseline or {}).get('ttft_s')} s"
+        if self.figures.get("accuracy") is not None:
+            now += f", accuracy {self.figures['accuracy']}"
+            if _same_set(self.figures, self.baseline):
+                then += f", accuracy {self.baseline['accuracy']}"
         if self.problems:
             return f"{self.host} {self.model}: REFUSED: " + "; ".join(self.problems)
         if self.baseline is None:
             return (f"{self.host} {self.model}: {now} on release {self.release}; no baseline for this model yet: "
                     "recorded as its baseline, not judged")
-        return (f"{self.host} {self.model}: {now} on release {self.release}, within tolerance of "
-                f"{self.baseline.get('chars_per_s')} chars/s, TTFT {self.baseline.get('ttft_s')} s "
+        line = (f"{self.host} {self.model}: {now} on release {self.release}, within tolerance of {then} "
                 f"(release {self.baseline.get('release')})")
+        if self.figures.get("accuracy") is not None and not _same_set(self.figures, self.baseline):
+            line += (f"; no accuracy accepted yet on {self.figures['accuracy_set']}: "
+                     "recorded as the baseline's, not judged")
+        return line
 
 
-def judge(result: ModelResult, release: str, baseline: dict | None, limits: dict[str, float]) -> Judgement:
-    """A canary model's figures against its baseline (None: none yet, nothing to judge)."""
+def _same_set(figures: dict, baseline: dict | None) -> bool:
+    """Whether the baseline has an accuracy measured on the same set as `figures`."""
+    return bool(baseline) and baseline.get("accuracy") is not None \
+        and baseline.get("accuracy_set") == figures.get("accuracy_set")
+
+
+def judge(result: ModelResult, release: str, baseline: dict | None, limits: dict[str, float],
+          accuracy: Accuracy | None = None) -> Judgement:
+    """A canary model's figures against its baseline (None: none yet, nothing to judge); with
+    `accuracy`, its accuracy too, against the baseline's on the same set."""
     figures = {"chars_per_s": _round(result.chars_per_s), "ttft_s": _round(result.ttft_s, 3),
                "turns": len(result.turns), "error": result.error}
+    if accuracy is not None:
+        figures.update(accuracy=_round(accuracy.percent, 2), accuracy_set=accuracy.set)
     verdict = Judgement(host=result.host, model=result.served, release=release, figures=figures, baseline=baseline)
     if result.error or result.chars_per_s is None:
         verdict.problems.append(f"the benchmark failed: {result.error or 'no answer'}")
         return verdict
+    if accuracy is not None and accuracy.error:
+        verdict.problems.append(f"the accuracy check failed: {accuracy.error}")
+        return verdict
     if baseline is None:
         return verdict
+    if accuracy is not None and _same_set(figures, baseline):
+        points, before = limits["fleet_canary_accuracy_drop_points"], baseline["accuracy"]
+        if accuracy.percent < before - points:
+            lost = before - accuracy.percent
+            verdict.problems.append(f"accuracy {accuracy.percent:.2f} on {accuracy.set} is {lost:.2f} points below "
+                                    f"the baseline's {before:.2f} (release {baseline.get('release')}); "
+                                    f"fleet_canary_accuracy_drop_points allows {points:g}")
     drop, rise = limits["fleet_canary_speed_drop_percent"], limits["fleet_canary_ttft_rise_percent"]
     before = baseline.get("chars_per_s")
     if before and result.chars_per_s < before * (1 - drop / 100):
@@ -104,6 +135,15 @@ def judge(result: ModelResult, release: str, baseline: dict | None, limits: dict
                                 f"above the baseline's {ttft_before:.3f} s (release {baseline.get('release')}); "
                                 f"fleet_canary_ttft_rise_percent allows {rise:g}%")
     return verdict
+
+
+@dataclass
+class Accuracy:
+    """A canary model's accuracy (percent) on an accuracy set, or why it could not be measured."""
+
+    set: str
+    percent: float | None = None
+    error: str = ""
 
 
 def _round(value, digits=1):
@@ -132,6 +172,7 @@ def record(history_dir: str | Path, verdict: Judgement, conversations: list[int]
     entry = {"model": verdict.model, "release": verdict.release, "host": verdict.host,
              "chars_per_s": verdict.figures["chars_per_s"], "ttft_s": verdict.figures["ttft_s"],
              "conversations": conversations, "max_tokens": max_tokens,
+             **({k: verdict.figures[k] for k in ("accuracy", "accuracy_set")} if "accuracy" in verdict.figures else {}),
              "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     path = history_file(history_dir, verdict.model)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +192,7 @@ def history(history_dir: str | Path) -> list[dict]:
 def history_table(rows: list[dict]) -> str:
     if not rows:
         return "no baseline recorded yet (a gated rollout records one: vllm-fleet rollout --canary N --gate bench)"
-    heads = ("model", "release", "host", "chars_per_s", "ttft_s", "recorded_at")
+    heads = ("model", "release", "host", "chars_per_s", "ttft_s", "accuracy", "recorded_at")
     cells = [[str(r.get(h, "")) for h in heads] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()

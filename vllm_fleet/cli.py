@@ -6,7 +6,7 @@
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
     vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P]
-                         [--canary N --gate bench [--history-dir DIR]] [--json]
+                         [--canary N --gate bench [--history-dir DIR] [--accuracy-set DIR]] [--json]
     vllm-fleet status    [-i INVENTORY] [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
     vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N]
                          [--evalscope ...] [--history] [--json]
@@ -181,10 +181,11 @@ def cmd_run(args) -> int:
                 raise ValueError("--canary N needs --gate bench: the canaries are judged by seed 000's benchmark")
             result = api.canary_rollout(inventory, args.canary, serial=args.serial,
                                         max_fail_percentage=args.max_fail_percentage, history_dir=args.history_dir,
-                                        conversations=args.conversations, max_tokens=args.max_tokens, **kwargs)
+                                        conversations=args.conversations, max_tokens=args.max_tokens,
+                                        accuracy_set=args.accuracy_set, accuracy_limit=args.accuracy_limit, **kwargs)
         elif args.command == "rollout":
-            if args.gate:
-                raise ValueError("--gate bench judges canaries: give their count with --canary N")
+            if args.gate or args.accuracy_set:
+                raise ValueError("--gate bench (and --accuracy-set) judge canaries: give their count with --canary N")
             result = api.rollout(inventory, serial=args.serial, max_fail_percentage=args.max_fail_percentage, **kwargs)
         else:
             result = api.verify(inventory, **kwargs)
@@ -367,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench: seed 000's benchmark on the canaries against their models' last accepted figures "
                    "(tolerances: fleet_canary_speed_drop_percent, fleet_canary_ttft_rise_percent); "
                    "outside them the canaries go back to their previous release")
+    p.add_argument("--accuracy-set", metavar="DIR",
+                   help="--gate bench: also seed 001's evalscope accuracy run on this local dataset (MMLU's files); "
+                   "a canary may lose fleet_canary_accuracy_drop_points; needs vllm-fleet[evalscope]")
+    p.add_argument("--accuracy-limit", type=int, metavar="N",
+                   help="--accuracy-set: at most N samples per subset (a small, quick set)")
     p.add_argument("--history-dir", default=HISTORY_DIR,
                    help=f"where accepted figures are kept per model and release (default: {HISTORY_DIR})")
     p.add_argument("--conversations", type=int, nargs="+", metavar="N",

@@ -78,3 +78,39 @@ def gate_spec(model: dict, members: list[dict[str, Any]], resource: str | None, 
     return {"model": model["name"], "address": f"{head}:{span['port']}", "members": members,
             "resource": resource or DEFAULT_RESOURCE, "per_node": len(model.get("devices") or []),
             "timeout": timeout, "delay": delay}
+
+
+def _socket_interfaces(env: dict) -> list[str]:
+    """The collective libraries' socket interface settings in `env`, as NAME=VALUE."""
+    return sorted(f"{name}={value}" for name, value in env.items()
+                  if str(name).endswith("_SOCKET_IFNAME") and str(value).strip())
+
+
+def fabric_spec(model: dict, member: str, address: str, head_address: str, env: dict,
+                checks: list[dict] | None) -> dict:
+    """What library/fleet_fabric.py checks on a member of a spanning model before its Ray
+    unit starts (roles/preflight): its cluster address is its own, the interfaces that the
+    model's environment and the member's Ray environment (`env`, :func:`member_env`) name
+    for the collective libraries are up, the vendor's fabric `checks` pass on each of the
+    model's devices, and a worker reaches the head's Ray port from its address."""
+    span = model["span"]
+    merged = {**(model.get("env") or {}), **env}
+    head = {"name": f"the Ray head {span['head']} of model {model['name']}", "host": head_address,
+            "port": int(span["port"])}
+    reach = [] if span["role"] == "head" else [head]
+    return {"member": member, "address": address, "interfaces": _socket_interfaces(merged), "reach": reach,
+            "devices": list(model.get("devices") or []), "device_checks": list(checks or [])}
+
+
+def head_probes(model: dict, addresses: dict[str, str]) -> list[dict]:
+    """On a span's head, what each other member must reach before the head starts Ray
+    (library/fleet_fabric.py run on that member): the head's Ray port from the member's
+    address. `addresses` maps every member to its cluster address. The head stops naming
+    the member that cannot, instead of waiting for it at its gate."""
+    span = model["span"]
+    head = addresses[span["head"]]
+    return [{"member": host, "address": addresses[host],
+             "reach": [{"name": f"the Ray head {span['head']} of model {model['name']}", "host": head,
+                        "port": int(span["port"])}]}
+            for host in span["nodes"] if host != span["head"]]
+

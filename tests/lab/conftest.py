@@ -49,6 +49,22 @@ def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, 
             lab_api.down(name, log=quiet)
 
 
+@contextlib.contextmanager
+def blocked_route(name: str, source: str, destination: str, port: int):
+    """A fault between two lab nodes: TCP from `source` to `destination`:`port` is dropped, as a
+    firewall between two hosts would. Lab nodes share the host's network namespace, each with an
+    address of its own on loopback (fleet_cluster_address 127.0.0.N), so one nftables rule in the
+    host's output hook, keyed on both addresses, cuts that route only; its table is removed after."""
+    table = f"vllm-fleet-lab-{name}"
+    rules = (f"table inet {table} {{ chain output {{ type filter hook output priority 0; policy accept; "
+             f"ip saddr {source} ip daddr {destination} tcp dport {port} drop; }} }}\n")
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], check=False, capture_output=True)
+
+
 @pytest.fixture(scope="session")
 def lab():
     # Two nodes per vendor: failures on one node must leave its neighbour untouched.

@@ -5,6 +5,8 @@ real)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vllm_fleet import api, canary, cli
@@ -17,7 +19,8 @@ def result(host="n1", chars=1000, seconds=10.0, ttft=0.2, error=None) -> ModelRe
     return ModelResult(host=host, model="qwen", served="qwen", url="http://n1:8000", turns=turns, error=error)
 
 
-LIMITS = {"fleet_canary_speed_drop_percent": 20.0, "fleet_canary_ttft_rise_percent": 50.0}
+LIMITS = {"fleet_canary_speed_drop_percent": 20.0, "fleet_canary_ttft_rise_percent": 50.0,
+          "fleet_canary_accuracy_drop_points": 2.0}
 
 
 def test_canaries_are_the_first_nodes_and_never_more_than_the_pool():
@@ -35,8 +38,10 @@ def test_tolerances_are_the_strictest_canarys_and_percentages():
     assert canary.tolerances([{"fleet_canary_speed_drop_percent": 5}, {"fleet_canary_speed_drop_percent": 10}]) \
         == {**LIMITS, "fleet_canary_speed_drop_percent": 5.0}
     for bad in (-1, 101, "10", True):
-        with pytest.raises(ValueError, match="a percentage from 0 to 100"):
+        with pytest.raises(ValueError, match="a number from 0 to 100"):
             canary.tolerances([{"fleet_canary_ttft_rise_percent": bad}])
+        with pytest.raises(ValueError, match="fleet_canary_accuracy_drop_points .* a number from 0 to 100"):
+            canary.tolerances([{"fleet_canary_accuracy_drop_points": bad}])
 
 
 def test_a_release_at_half_speed_is_refused_with_its_figures():
@@ -148,3 +153,148 @@ def test_a_gate_that_cannot_bench_rolls_the_canaries_back(monkeypatch, tmp_path)
     assert not outcome.ok and calls == [("rollout", "n1"), ("rollback", "n1")]
     assert "the benchmark gate could not run: host n1: fleet_models is a template" in str(outcome)
     assert canary.history(tmp_path) == []
+
+
+# ------------------------------------------------------------------ the accuracy set (seed 001's evalscope run)
+
+SET = "/data/mmlu (at most 5 per subset)"
+
+
+def test_a_canary_losing_more_accuracy_points_than_allowed_is_refused():
+    base = {"model": "qwen", "release": "r1", "chars_per_s": 100.0, "ttft_s": 0.2, "accuracy": 87.55,
+            "accuracy_set": SET}
+    worse = canary.judge(result(), "r2", base, LIMITS, canary.Accuracy(set=SET, percent=84.0))
+    assert worse.problems == ["accuracy 84.00 on /data/mmlu (at most 5 per subset) is 3.55 points below the "
+                              "baseline's 87.55 (release r1); fleet_canary_accuracy_drop_points allows 2"]
+    kept = canary.judge(result(), "r2", base, LIMITS, canary.Accuracy(set=SET, percent=86.0))
+    assert kept.ok and "accuracy 86.0 on release r2, within tolerance of 100.0 chars/s, TTFT 0.2 s, accuracy " \
+        "87.55" in kept.line()
+    # Measured on another set: nothing to compare; recorded as the first figure on that set.
+    other = canary.judge(result(), "r2", base, LIMITS, canary.Accuracy(set="/data/ceval", percent=10.0))
+    assert other.ok
+    assert "no accuracy accepted yet on /data/ceval: recorded as the baseline's, not judged" in other.line()
+    failed = canary.judge(result(), "r2", base, LIMITS, canary.Accuracy(set=SET, error="evalscope eval exited 1"))
+    assert failed.problems == ["the accuracy check failed: evalscope eval exited 1"]
+
+
+def test_accepted_accuracy_is_recorded_with_its_set_and_shown_in_the_history(tmp_path):
+    first = canary.judge(result(), "r1", None, LIMITS, canary.Accuracy(set=SET, percent=87.5512))
+    canary.record(tmp_path, first, [1], 128)
+    (entry,) = canary.entries(tmp_path, "qwen")
+    assert entry["accuracy"] == 87.55 and entry["accuracy_set"] == SET
+    table = canary.history_table(canary.history(tmp_path))
+    assert "ACCURACY" in table.splitlines()[0] and "87.55" in table
+    # Without an accuracy set, an entry has no accuracy (and the column stays empty).
+    canary.record(tmp_path, canary.judge(result(), "r2", entry, LIMITS), [1], 128)
+    assert "accuracy" not in canary.entries(tmp_path, "qwen")[-1]
+
+
+def _report(score: float) -> dict:
+    """A report in the shape evalscope 1.14.1 writes (evalscope.report.Report, schema_version 2):
+    metrics with identities, the primary one naming the conclusion; a diagnostic metric first."""
+    acc = {"name": "acc", "aggregation": "mean", "dimensions": {}}
+    subset = {"name": "abstract_algebra", "score": score, "num": 5, "metadata": None, "is_aggregate": False}
+    category = {"name": ["STEM"], "num": 5, "score": score, "macro_score": score, "subsets": [subset]}
+    return {"schema_version": 2, "name": "qwen@mmlu", "dataset_name": "mmlu", "dataset_pretty_name": "MMLU",
+            "dataset_description": "", "model_name": "qwen", "analysis": "N/A", "perf_metrics": None,
+            "metrics": [
+                {"identity": {"name": "output_tokens", "aggregation": "mean", "dimensions": {}}, "legacy_name": None,
+                 "num": 5, "score": 412.0, "macro_score": 412.0, "categories": [category],
+                 "semantics": {"kind": "diagnostic"}},
+                {"identity": acc, "legacy_name": "mean_acc", "num": 5, "score": score, "macro_score": score,
+                 "categories": [category], "semantics": {"kind": "score"}}],
+            "primary_metric_identity": acc, "primary_metric_unavailable_reason": None, "judge_summary": None,
+            "execution_summary": {"requested": 5, "succeeded": 5, "errored": 0, "incomplete": False, "subsets": {}},
+            "num": 5}
+
+
+def test_evalscope_reports_are_read_by_their_primary_metric(tmp_path):
+    import json
+
+    from vllm_fleet import bench
+
+    with pytest.raises(bench.BenchError, match="evalscope wrote no mmlu report for qwen"):
+        bench.evalscope_score(tmp_path, "qwen")
+    report = tmp_path / "20261203_101500" / "reports" / "qwen" / "mmlu.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps(_report(0.8755)))
+    assert bench.evalscope_score(tmp_path, "qwen") == 0.8755
+    report.write_text(json.dumps({"name": "qwen@mmlu", "score": 0.5, "metrics": []}))  # the schema before v2
+    assert bench.evalscope_score(tmp_path, "qwen") == 0.5
+    unnamed = {**_report(0.9), "primary_metric_identity": None, "primary_metric_unavailable_reason": "judge failed"}
+    report.write_text(json.dumps(unnamed))
+    with pytest.raises(bench.BenchError, match="names no primary metric \\(judge failed\\)"):
+        bench.evalscope_score(tmp_path, "qwen")
+
+
+def test_the_accuracy_run_is_seed_001s_evalscope_eval_and_its_key_is_scrubbed(tmp_path, monkeypatch):
+    import json
+    import stat
+
+    from vllm_fleet import bench
+
+    # A stand-in for the evalscope CLI: records its arguments (the key among them, as evalscope's
+    # log does) and writes the report of a 80 % run where evalscope would.
+    fake = tmp_path / "evalscope"
+    fake.write_text(f"""#!{__import__("sys").executable}
+import json, sys, pathlib
+argv = sys.argv[1:]
+work = pathlib.Path(argv[argv.index("--work-dir") + 1]) / "20261203_101500"
+(work / "reports" / "qwen").mkdir(parents=True)
+(work / "reports" / "qwen" / "mmlu.json").write_text({json.dumps(json.dumps(_report(0.8)))})
+(work / "args.log").write_text(" ".join(argv))
+print("evalscope", " ".join(argv))
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(bench, "evalscope_executable", lambda: str(fake))
+    target = bench.Target(host="n1", name="qwen", served="qwen", url="http://127.0.0.1:8000", api_key="sk-team-secret")
+    percent = bench.evalscope_accuracy(target, "/data/mmlu", work_dir=tmp_path / "run", limit=5)
+    assert percent == 80.0
+    args = (tmp_path / "run" / "20261203_101500" / "args.log").read_text()
+    assert args.startswith("eval --model qwen --api-url http://127.0.0.1:8000/v1 --eval-type openai_api "
+                           "--datasets mmlu")
+    assert '"local_path": "/data/mmlu"' in args and "--limit 5" in args
+    for path in (tmp_path / "run").rglob("*"):
+        assert not path.is_file() or b"sk-team-secret" not in path.read_bytes(), path
+    fake.write_text("#!/bin/sh\necho 'ConnectionError: refused'\nexit 3\n")
+    with pytest.raises(bench.BenchError, match="evalscope eval exited 3: ConnectionError: refused"):
+        bench.evalscope_accuracy(target, "/data/mmlu", work_dir=tmp_path / "run2")
+
+
+def test_a_gated_rollout_with_an_accuracy_set_rolls_back_a_canary_that_lost_accuracy(monkeypatch, tmp_path):
+    dataset = tmp_path / "mmlu"
+    dataset.mkdir()
+    history = tmp_path / "history"
+    name = str(dataset.resolve()) + " (at most 5 per subset)"
+    accepted = canary.judge(result(chars=1000), "r1", None, LIMITS, canary.Accuracy(set=name, percent=80.0))
+    canary.record(history, accepted, [1], 128)
+    calls = Recorder(monkeypatch, chars_per_s=100).calls
+    monkeypatch.setattr(api._bench, "evalscope_executable", lambda: "/usr/bin/evalscope")
+    measured = {}
+
+    def accuracy(target, dataset_path, *, work_dir, limit=None, timeout=3600):
+        calls.append(("accuracy", target.host))
+        measured.update(dataset=str(dataset_path), limit=limit, work_dir=work_dir)
+        return 70.0
+    monkeypatch.setattr(api._bench, "evalscope_accuracy", accuracy)
+    outcome = api.canary_rollout("inv", 1, history_dir=history, accuracy_set=dataset, accuracy_limit=5)
+    assert not outcome.ok
+    assert calls == [("rollout", "n1"), ("bench", "n1"), ("accuracy", "n1"), ("rollback", "n1")]
+    assert "n1 qwen: REFUSED: accuracy 70.00 on " + name + " is 10.00 points below the baseline's 80.00" in str(outcome)
+    assert measured["limit"] == 5 and Path(measured["work_dir"]).parent.parent == tmp_path / "canary-accuracy"
+    assert [e["release"] for e in canary.entries(history, "qwen")] == ["r1"]
+
+
+def test_a_bad_accuracy_set_is_refused_before_any_node_is_touched(monkeypatch, tmp_path, capsys):
+    calls = Recorder(monkeypatch, chars_per_s=100).calls
+    with pytest.raises(ValueError, match="accuracy set .*/nope: not a directory"):
+        api.canary_rollout("inv", 1, history_dir=tmp_path, accuracy_set=tmp_path / "nope")
+    monkeypatch.setattr(api._bench, "evalscope_executable", lambda: None)
+    with pytest.raises(ValueError, match="an accuracy set needs evalscope"):
+        api.canary_rollout("inv", 1, history_dir=tmp_path, accuracy_set=tmp_path)
+    monkeypatch.setattr(api._bench, "evalscope_executable", lambda: "/usr/bin/evalscope")
+    with pytest.raises(ValueError, match="accuracy limit 0: a number of samples per subset"):
+        api.canary_rollout("inv", 1, history_dir=tmp_path, accuracy_set=tmp_path, accuracy_limit=0)
+    assert calls == []
+    assert cli.main(["rollout", "-i", "inventories/example", "--accuracy-set", str(tmp_path), "-q"]) == cli.EXIT_USAGE
+    assert "give their count with --canary N" in capsys.readouterr().err

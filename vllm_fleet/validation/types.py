@@ -25,7 +25,8 @@ LARGEST = 2**31 - 1
 #: Ranges by the name's class: (pattern of the name, low, high, inclusive low, what it is).
 NUMBER_CLASSES: list[tuple[re.Pattern, float, float, bool, str]] = [
     (re.compile(r"(^|_)port$"), 1024, 65535, True, "a TCP port of an unprivileged service, 1024-65535"),
-    (re.compile(r"_percentage$"), 0, 100, True, "a percentage, 0-100"),
+    (re.compile(r"_percent(age)?$"), 0, 100, True, "a percentage, 0-100"),
+    (re.compile(r"_points$"), 0, 100, True, "percentage points, 0-100"),
     (re.compile(r"_threshold$"), 0, 1, False, "a fraction in (0, 1], e.g. 0.9"),
     (re.compile(r"_timeout$"), 1, 86400, True, "a number of seconds, 1-86400 (a day)"),
     (re.compile(r"_(sec|delay)$"), 1, 3600, True, "a number of seconds, 1-3600 (an hour)"),

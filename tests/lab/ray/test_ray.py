@@ -8,6 +8,8 @@ cluster (ray.init) and checks that it holds tensor x pipeline parallel devices, 
 node, before it serves, and ends when a node is lost.
 
 1. a span with wrong sizes is refused by validation, before any node is touched;
+   a worker whose route to the head is blocked (nftables, tests/lab/conftest.py) stops the
+   converge at the fabric check, on the worker and on the head, before any Ray unit starts;
 2. converge (timed): Ray head, worker, gate, vllm serve on the head; the model answers there;
 3. converge again: changed=0;
 4. the worker's Ray unit stopped: the model turns unhealthy, verify fails naming it;
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, lab_session, recap
+from tests.lab.conftest import answer_text, blocked_route, changed_tasks, chat_completion, lab_session, recap
 from tests.lab.conftest import lab_env as env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,6 +100,22 @@ def test_model_spanning_two_nodes(lab, tmp_path):
     assert f"model {MODEL}: spans 2 nodes but serve.pipeline_parallel_size is 3; set it to 2" in proc.stdout, out(proc)
     assert "Gathering Facts" not in proc.stdout and "preflight" not in proc.stdout, out(proc)
     assert on_node(lab, HEAD, f"ls /etc/systemd/system/{RAY_UNIT}.service 2>/dev/null || true").strip() == ""
+
+    # 1b. The worker's route to the head's Ray port is blocked: the fabric check stops both nodes
+    # (the worker in its own play, the head asking the worker) before either starts a Ray unit.
+    span = yaml.safe_load((INVENTORY / "group_vars/nvidia-nodes/models.yml").read_text())["fleet_models"][0]["span"]
+    head_address, worker_address = (yaml.safe_load((INVENTORY / "host_vars" / f"{n}.yml").read_text())
+                                    ["fleet_cluster_address"] for n in (HEAD, WORKER))
+    with blocked_route(LAB, worker_address, head_address, span["port"]):
+        proc, timings["blocked route"] = playbook("site.yml")
+    assert proc.returncode != 0
+    unreached = (f"{WORKER}: cannot reach the Ray head {HEAD} of model {MODEL} at {head_address}:{span['port']} "
+                 f"from {worker_address} (no answer within 3 s).")
+    assert f"fatal: [{WORKER}]" in proc.stdout and f"fatal: [{HEAD} -> {WORKER}" in proc.stdout, out(proc)
+    assert proc.stdout.count(unreached) >= 2, out(proc)
+    for node in (HEAD, WORKER):
+        assert on_node(lab, node, f"ls /etc/systemd/system/{RAY_UNIT}.service 2>/dev/null || true").strip() == ""
+    assert on_node(lab, HEAD, f"systemctl is-active {UNIT} || true").strip() != "active"
 
     # 2. Converge: head, worker, gate, then vllm serve on the head only.
     proc, timings["converge"] = playbook("site.yml")
