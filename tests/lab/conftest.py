@@ -56,8 +56,8 @@ def blocked_route(name: str, source: str, destination: str, port: int):
     address of its own on loopback (fleet_cluster_address 127.0.0.N), so one nftables rule in the
     host's output hook, keyed on both addresses, cuts that route only; its table is removed after."""
     table = f"vllm-fleet-lab-{name}"
-    rules = (f"table inet {table} {{ chain output {{ type filter hook output priority 0; policy accept; "
-             f"ip saddr {source} ip daddr {destination} tcp dport {port} drop; }} }}\n")
+    rules = (f"table inet {table} {{\n  chain output {{\n    type filter hook output priority 0; policy accept;\n"
+             f"    ip saddr {source} ip daddr {destination} tcp dport {port} drop\n  }}\n}}\n")
     subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True, capture_output=True)
     try:
         yield

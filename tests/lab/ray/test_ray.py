@@ -111,7 +111,7 @@ def test_model_spanning_two_nodes(lab, tmp_path):
     assert proc.returncode != 0
     unreached = (f"{WORKER}: cannot reach the Ray head {HEAD} of model {MODEL} at {head_address}:{span['port']} "
                  f"from {worker_address} (no answer within 3 s).")
-    assert f"fatal: [{WORKER}]" in proc.stdout and f"fatal: [{HEAD} -> {WORKER}" in proc.stdout, out(proc)
+    assert f"failed: [{WORKER}] (item=" in proc.stdout and f"failed: [{HEAD} -> {WORKER}" in proc.stdout, out(proc)
     assert proc.stdout.count(unreached) >= 2, out(proc)
     for node in (HEAD, WORKER):
         assert on_node(lab, node, f"ls /etc/systemd/system/{RAY_UNIT}.service 2>/dev/null || true").strip() == ""
