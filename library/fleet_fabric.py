@@ -97,7 +97,6 @@ checked:
   type: dict
 """
 
-import errno  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import socket  # noqa: E402
@@ -177,11 +176,8 @@ def reach_problem(target, source, timeout):
             return None  # the host answered: nothing listens there yet
         except TimeoutError:
             return _unreached(target, source, f"no answer within {timeout:g} s")
-        except OSError as exc:
-            if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EACCES, errno.EPERM,
-                             errno.EADDRNOTAVAIL, errno.ECONNRESET):
-                return _unreached(target, source, exc.strerror or str(exc))
-            return _unreached(target, source, str(exc))
+        except OSError as exc:  # no route to the host or its network, a firewall's reject, ...
+            return _unreached(target, source, exc.strerror or str(exc))
     return None
 
 

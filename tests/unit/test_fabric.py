@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import load_module
@@ -134,7 +135,9 @@ def npu_node(tmp_path):
 def ascend_checks() -> list[dict]:
     """The Ascend contract's fabric checks, with the lab's simulator as hccn_tool."""
     checks = vendors.contract("ascend")["cluster"]["checks"]
-    assert [c["argv"][0].endswith("/driver/tools/hccn_tool") for c in checks] == [True, True]
+    role_vars = yaml.safe_load((vendors.role_dir("ascend") / "vars" / "main.yml").read_text())
+    assert [c["argv"][0] for c in checks] == ["{{ _ascend_hccn_tool }}"] * 2
+    assert role_vars["_ascend_hccn_tool"].endswith("/driver/tools/hccn_tool")
     return [{**c, "argv": [str(HCCN_TOOL), *c["argv"][1:]]} for c in checks]
 
 
