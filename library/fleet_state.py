@@ -126,7 +126,7 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_fleet_accel import VENDORS, gather
+from ansible.module_utils.vllm_fleet_accel import gather
 from ansible.module_utils.vllm_fleet_state import (
     REASONS_SHOWN,
     compare,
@@ -192,7 +192,7 @@ def main():
             health=dict(type='list', elements='str', default=[]),
             unit_dir=dict(type='path', default='/etc/systemd/system'),
             timeout=dict(type='float', default=3),
-            vendor=dict(type='str', choices=sorted(VENDORS)),
+            vendor=dict(type='str'),  # gather() checks it against VENDORS
             accelerators=dict(type='dict'),
         ),
         supports_check_mode=True,

@@ -33,9 +33,25 @@ import re
 import shutil
 import subprocess
 
+# nvidia-smi's device listing: the fields parse_nvidia_smi_csv expects, in this order.
+NVIDIA_QUERY_FIELDS = ('index', 'name', 'uuid', 'pci.bus_id', 'driver_version',
+                       'memory.total', 'memory.used', 'temperature.gpu', 'utilization.gpu')
+NVIDIA_QUERY_ARGS = ['--query-gpu=' + ','.join(NVIDIA_QUERY_FIELDS),
+                     '--format=csv,noheader,nounits']
+
 # ---------------------------------------------------------------------------
-# Vendor table
+# Vendor table: one spec per vendor
 # ---------------------------------------------------------------------------
+# Each spec says how the vendor's devices are found on a node:
+# - pci_vendor_id and families (device ID -> family name): the PCI scan (scan_pci);
+# - tool, tool_dirs: the management tool and where its installers put it (locate_tool);
+# - listing: the tool's arguments for its device listing, and parser: the name of the
+#   function of this file that reads that listing (every parser returns the same shape);
+# - firmware: the name of a function reading the firmware version (or None);
+# - per_device_node, extra_nodes, control_nodes: its device nodes (find_device_nodes);
+# - reader: the name of a function reading a node without PCI accelerators (CPU nodes).
+# A new vendor is one entry here (docs/CONTRIBUTING-VENDOR.md).
+#
 # PCI vendor and device IDs, and where they come from:
 # - Huawei 0x19e5 with devices 0xd801 (910), 0xd802 (910B), 0xd500 (310P): given by the
 #   project; 0xd802 with class 0x1200 ("Processing accelerators") matches `lspci` output
@@ -58,6 +74,9 @@ VENDORS = {
         # The driver package installs npu-smi in /usr/local/bin; containers often
         # bind-mount it to /usr/local/sbin.
         'tool_dirs': ['/usr/local/bin', '/usr/local/sbin'],
+        'listing': ['info'],
+        'parser': 'parse_npu_smi_info',
+        'firmware': 'ascend_firmware',
         'per_device_node': r'davinci(\d+)',
         'extra_nodes': [],
         'control_nodes': ['davinci_manager', 'devmm_svm', 'hisi_hdc'],
@@ -70,6 +89,8 @@ VENDORS = {
         'tool_dirs': ['/opt/maca/bin', '/opt/mxdriver/bin'],
         # Render nodes, not cardN: a BMC's display adapter (e.g. ASPEED) also gets a
         # /dev/dri/cardN but never a render node, so render nodes count only the GPUs.
+        'listing': [],
+        'parser': 'parse_mx_smi',
         'per_device_node': r'dri/renderD(\d+)',
         'extra_nodes': [r'dri/card\d+'],
         'control_nodes': ['mxcd'],
@@ -80,6 +101,8 @@ VENDORS = {
         'tool': 'mthreads-gmi',
         'tool_dirs': ['/usr/bin'],
         # Moore Threads' container docs pass --device /dev/mtgpu.N plus /dev/dri.
+        'listing': [],
+        'parser': 'parse_mthreads_gmi',
         'per_device_node': r'mtgpu\.(\d+)',
         'extra_nodes': [r'dri/card\d+', r'dri/renderD\d+'],
         'control_nodes': [],
@@ -89,6 +112,8 @@ VENDORS = {
         'families': {'0x20b2': 'A100', '0x20b5': 'A100'},
         'tool': 'nvidia-smi',
         'tool_dirs': ['/usr/bin'],
+        'listing': NVIDIA_QUERY_ARGS,
+        'parser': 'parse_nvidia_smi_csv',
         'per_device_node': r'nvidia(\d+)',
         'extra_nodes': [r'nvidia-uvm-tools', r'nvidia-modeset'],
         'control_nodes': ['nvidiactl', 'nvidia-uvm'],
@@ -101,6 +126,7 @@ VENDORS = {
         'families': {},
         'tool': 'cpuinfo',
         'tool_dirs': [],
+        'reader': 'read_cpu',
         'per_device_node': None,
         'extra_nodes': [],
         'control_nodes': [],
@@ -526,13 +552,6 @@ def parse_mthreads_gmi(text):
 # ---------------------------------------------------------------------------
 # NVIDIA: nvidia-smi --query-gpu
 # ---------------------------------------------------------------------------
-NVIDIA_QUERY_FIELDS = ('index', 'name', 'uuid', 'pci.bus_id', 'driver_version',
-                       'memory.total', 'memory.used', 'temperature.gpu', 'utilization.gpu')
-"""The fields :func:`parse_nvidia_smi_csv` expects, in this order."""
-
-NVIDIA_QUERY_ARGS = ['--query-gpu=' + ','.join(NVIDIA_QUERY_FIELDS),
-                     '--format=csv,noheader,nounits']
-
 # Values nvidia-smi prints in place of a reading when the GPU itself is in trouble (as
 # opposed to "[N/A]", which only means "not supported on this board").
 _NVIDIA_ERRORS = ('[Unknown Error]', '[GPU is lost]', '[GPU requires reset]', 'ERR!')
@@ -566,21 +585,20 @@ def parse_nvidia_smi_csv(text):
     return _result(None, driver_version, devices)
 
 
-PARSERS = {
-    'ascend': parse_npu_smi_info,
-    'metax': parse_mx_smi,
-    'musa': parse_mthreads_gmi,
-    'nvidia': parse_nvidia_smi_csv,
-}
-"""Vendor name -> parser of the listing the module runs (see :data:`LISTING_ARGS`)."""
+def _spec_function(vendor, key):
+    """The function of this file that VENDORS[vendor][key] names, or None."""
+    name = VENDORS[vendor].get(key)
+    return globals()[name] if name else None
 
-LISTING_ARGS = {
-    'ascend': ['info'],
-    'metax': [],
-    'musa': [],
-    'nvidia': NVIDIA_QUERY_ARGS,
-}
-"""Vendor name -> arguments of the SMI listing the module runs."""
+
+def listing_args(vendor):
+    """The arguments of the vendor tool's device listing."""
+    return list(VENDORS[vendor].get('listing') or [])
+
+
+def listing_parser(vendor):
+    """The parser of the vendor tool's device listing, or None for a vendor without a tool (cpu)."""
+    return _spec_function(vendor, 'parser')
 
 
 # ---------------------------------------------------------------------------
@@ -724,8 +742,11 @@ def gather(module, params):
     ``params`` holds vendor, pci_path, dev_path, smi_path, proc_path and node_path
     (library/accelerator_facts.py's options, which library/fleet_state.py passes on too).
     """
-    if params['vendor'] == 'cpu':
-        return read_cpu(params['proc_path'], params['node_path'])
+    if params['vendor'] and params['vendor'] not in VENDORS:
+        module.fail_json(msg='vendor=%s is not one of %s' % (params['vendor'], ', '.join(sorted(VENDORS))))
+    reader = _spec_function(params['vendor'], 'reader') if params['vendor'] else None
+    if reader:
+        return reader(params['proc_path'], params['node_path'])
     functions = scan_pci(params['pci_path'])
     vendor = params['vendor'] or detect_vendor(functions)
 
@@ -771,20 +792,21 @@ def gather(module, params):
     if error:
         return facts
 
-    rc, out, err = run_tool(module, path, LISTING_ARGS[vendor])
+    rc, out, err = run_tool(module, path, listing_args(vendor))
     smi['rc'] = rc
     if rc != 0:
         smi['error'] = error_text(rc, out, err)
         return facts
     smi['available'] = True
 
-    parsed = PARSERS[vendor](out)
+    parsed = listing_parser(vendor)(out)
     facts['devices'] = parsed['devices']
     facts['driver_version'] = parsed['driver_version']
     facts['model'] = parsed['devices'][0]['name'] if parsed['devices'] else None
     facts['health'] = overall_health(parsed['devices'])
-    if vendor == 'ascend':
-        facts['firmware_version'] = ascend_firmware(module, path, parsed['devices'])
+    firmware = _spec_function(vendor, 'firmware')
+    if firmware:
+        facts['firmware_version'] = firmware(module, path, parsed['devices'])
     return facts
 
 
@@ -799,7 +821,7 @@ def read_devices(vendor, smi_path=None, timeout=SMI_TIMEOUT_S):
     """``(devices, error)``: the vendor tool's listing read by its parser, as the facts module
     reads it; ``error`` (the tool missing or failing, in its own words) when it could not be
     read, then ``devices`` is empty. A vendor without a tool (cpu) has no devices and no error."""
-    if vendor not in PARSERS:
+    if vendor not in VENDORS or not listing_parser(vendor):
         return [], None
     spec = VENDORS[vendor]
     tool = smi_path or shutil.which(spec['tool'], path=os.pathsep.join(
@@ -807,10 +829,10 @@ def read_devices(vendor, smi_path=None, timeout=SMI_TIMEOUT_S):
     if not tool:
         return [], '%s not found in %s or on PATH' % (spec['tool'], ', '.join(spec['tool_dirs']))
     try:
-        done = subprocess.run([tool] + list(LISTING_ARGS[vendor]), capture_output=True, text=True,
+        done = subprocess.run([tool] + listing_args(vendor), capture_output=True, text=True,
                               timeout=timeout, env=dict(os.environ, LC_ALL='C'), check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [], '%s: %s' % (tool, exc)
     if done.returncode != 0:
         return [], '%s %s' % (tool, error_text(done.returncode, done.stdout, done.stderr))
-    return PARSERS[vendor](done.stdout)['devices'], None
+    return listing_parser(vendor)(done.stdout)['devices'], None

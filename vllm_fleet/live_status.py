@@ -359,10 +359,10 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
              + " ".join(shlex.quote(u) for u in units)]
     accel = _accel()
     spec = accel.VENDORS.get(vendor or "")
-    if spec and vendor != "cpu":
+    if spec and spec.get("parser"):
         # The facts module's search (locate_tool): the vendor's install directories, PATH, sbin.
         candidates = [f"{d}/{spec['tool']}" for d in spec["tool_dirs"]]
-        args = " ".join(shlex.quote(a) for a in accel.LISTING_ARGS[vendor])
+        args = " ".join(shlex.quote(a) for a in accel.listing_args(vendor))
         lines += [f"echo '{_MARK}smi'",
                   f"tool=''; for p in {' '.join(shlex.quote(c) for c in candidates)}; do "
                   "[ -x \"$p\" ] && { tool=$p; break; }; done",
@@ -406,12 +406,12 @@ def parse_node_output(node: str, vendor: str | None, text: str) -> NodeStatus:
     for unit, props in parse_units("\n".join(sections.get("units", []))).items():
         props["_since"] = unit_since(props, mono_us, now)
         status.units[unit] = props
-    if vendor == "cpu":
-        status.device_health = "n/a"
+    if vendor in _accel().VENDORS and not _accel().listing_parser(vendor):
+        status.device_health = "n/a"  # a node without a device tool (cpu)
     elif "smi" in sections:
         out = "\n".join(sections["smi"])
         if smi_rc == 0:
-            parsed = _accel().PARSERS[vendor](out)
+            parsed = _accel().listing_parser(vendor)(out)
             status.devices = parsed["devices"]
             status.device_health = _accel().overall_health(parsed["devices"])
         else:
@@ -672,7 +672,7 @@ def apply_node(row: ModelStatus, node: NodeStatus) -> None:
         row.since = props.get("_since")
         restarts = props.get("NRestarts")
         row.restarts = int(restarts) if restarts and restarts.isdigit() else None
-    if node.vendor == "cpu":
+    if node.device_health == "n/a":
         row.device_health = "n/a"
     elif node.devices:
         mine = [d for d in node.devices if d.get("index") in row.devices] or node.devices

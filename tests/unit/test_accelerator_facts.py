@@ -510,9 +510,9 @@ VENDOR_NAMES = ['ascend', 'metax', 'musa', 'nvidia']
 
 
 def simulated_listing(node):
-    rc, out, err = node.run(*accel.LISTING_ARGS[node.vendor])
+    rc, out, err = node.run(*accel.listing_args(node.vendor))
     assert rc == 0, err
-    return accel.PARSERS[node.vendor](out)
+    return accel.listing_parser(node.vendor)(out)
 
 
 class TestSimulators:
@@ -573,10 +573,10 @@ class TestSimulators:
     ])
     def test_no_driver(self, tmp_path, vendor, rc, text):
         node = Node(tmp_path, vendor, driver=False)
-        got_rc, out, _err = node.run(*accel.LISTING_ARGS[vendor])
+        got_rc, out, _err = node.run(*accel.listing_args(vendor))
         assert got_rc == rc
         assert text in out
-        assert accel.PARSERS[vendor](out)['devices'] == []
+        assert accel.listing_parser(vendor)(out)['devices'] == []
 
     @pytest.mark.parametrize('vendor, rc, text', [
         ('ascend', 1, 'dcmi module initialize failed'),
@@ -586,7 +586,7 @@ class TestSimulators:
     ])
     def test_pending_reboot(self, tmp_path, vendor, rc, text):
         node = Node(tmp_path, vendor, reboot=True)
-        got_rc, out, _err = node.run(*accel.LISTING_ARGS[vendor])
+        got_rc, out, _err = node.run(*accel.listing_args(vendor))
         assert (got_rc, text in out) == (rc, True)
 
     def test_npu_smi_follows_the_recorded_install_path(self, tmp_path):
@@ -719,6 +719,19 @@ class TestSimulatorLayouts:
 # The module
 # ---------------------------------------------------------------------------
 class TestModule:
+    def test_unknown_vendor_is_refused_with_the_list(self, tmp_path, capsys):
+        code, result = run_module({'vendor': 'acme', 'pci_path': str(tmp_path)}, capsys)
+        assert code == 1 and result['failed'] is True
+        assert result['msg'] == 'vendor=acme is not one of ' + ', '.join(sorted(accel.VENDORS))
+
+    def test_every_spec_names_functions_of_the_file(self):
+        for vendor, spec in accel.VENDORS.items():
+            for key in ('parser', 'firmware', 'reader'):
+                if spec.get(key):
+                    assert callable(getattr(accel, spec[key])), (vendor, key)
+            # A vendor has either a device listing to parse or a reader of its own.
+            assert bool(accel.listing_parser(vendor)) != bool(spec.get('reader')), vendor
+
     def test_ascend_node(self, tmp_path, capsys, monkeypatch):
         node = Node(tmp_path, 'ascend')
         facts = facts_of(node.module_args(), capsys, monkeypatch, node)
@@ -926,7 +939,9 @@ def test_documentation_matches_argument_spec_and_facts(tmp_path, capsys, monkeyp
     doc = json.loads(proc.stdout)['accelerator_facts']
     options = doc['doc']['options']
     assert set(options) == {'vendor', 'pci_path', 'dev_path', 'smi_path', 'proc_path', 'node_path'}
-    assert options['vendor']['choices'] == sorted(accel.VENDORS)
+    # The list has one home (VENDORS); the documentation points to it.
+    assert 'choices' not in options['vendor']
+    assert 'VENDORS' in ' '.join(options['vendor']['description'])
     assert options['pci_path']['default'] == '/sys/bus/pci/devices'
     assert options['dev_path']['default'] == '/dev'
     assert doc['examples'].strip()
