@@ -56,6 +56,12 @@ def role_dir(vendor: str) -> Path:
     return ROLES_DIR / vendor
 
 
+def matrix_schema(vendor: str) -> dict | None:
+    """The JSON Schema of the vendor's fleet_matrix (roles/<vendor>/meta/matrix.schema.yml), if it has one."""
+    path = role_dir(vendor) / "meta" / "matrix.schema.yml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
 @cache
 def contract(vendor: str) -> dict:
     """The vendor's contract as written in roles/<vendor>/vars/main.yml.

@@ -98,8 +98,10 @@ def test_the_router_play_runs_on_the_router_group_only():
 
 def test_the_vendor_list_is_the_facts_modules():
     spec = load(ROOT / "vllm_fleet" / "data" / "inventory.schema.yml")
-    # The schema file names no vendor itself: validation fills the enum from vllm_fleet.vendors.
+    # The schema file names no vendor itself: validation fills the enum from vllm_fleet.vendors,
+    # and takes each vendor's matrix from its role.
     assert "enum" not in spec["$defs"]["accelerator"]["properties"]["vendor"]
+    assert not [key for key in spec["$defs"] if key.startswith("matrix_")]
     from vllm_fleet import validation
     assert validation.schema()["$defs"]["accelerator"]["properties"]["vendor"]["enum"] == list(vendors.VENDORS)
     assert vendors.VENDORS == ("ascend", "metax", "musa", "nvidia", "cpu")
@@ -117,7 +119,8 @@ def test_each_vendor_is_one_role_with_its_contract(vendor):
     assert {"checks", "driver"} <= set(contract["doctor"])
     assert {"tag", "pulled"} == set(contract["image"])
     from vllm_fleet import validation
-    assert f"matrix_{vendor}" in validation.schema()["$defs"], "the vendor's matrix needs a schema"
+    assert vendors.matrix_schema(vendor), f"the vendor's matrix needs a schema: roles/{vendor}/meta/matrix.schema.yml"
+    assert validation.schema()["$defs"][f"matrix_{vendor}"] == vendors.matrix_schema(vendor)
     # roles/fleet includes tasks/contract.yml publicly in every play: it must change nothing.
     (task,) = load(role / "tasks" / "contract.yml")
     assert task["ansible.builtin.meta"] == "noop"

@@ -1,5 +1,5 @@
-"""Layer 1: the JSON Schema in data/inventory.schema.yml (types, enums, commit ids, checksums,
-the per-vendor version matrices)."""
+"""Layer 1: the JSON Schema in data/inventory.schema.yml (types, enums, commit ids, checksums),
+with each vendor's version matrix from its role (roles/<vendor>/meta/matrix.schema.yml)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ SCHEMA_FILE = DATA_DIR / "inventory.schema.yml"
 def schema() -> dict:
     """The inventory schema, with the vendors of vllm_fleet.vendors (the one list) as the accepted ones."""
     doc = yaml.safe_load(SCHEMA_FILE.read_text())
+    # Each vendor's matrix is in its own role (roles/<vendor>/meta/matrix.schema.yml).
+    for name in vendors.VENDORS:
+        matrix = vendors.matrix_schema(name)
+        if matrix is not None:
+            doc["$defs"][f"matrix_{name}"] = matrix
     vendor = doc["$defs"]["accelerator"]["properties"]["vendor"]
     vendor["enum"] = list(vendors.VENDORS)
     vendor["description"] = "one of " + ", ".join(vendors.VENDORS)
