@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, example_hosts, lab_host_vars, load_module
-from vllm_fleet.lab import artifacts, inventory, nvidia
+from vllm_fleet.lab import artifacts, inventory
 from vllm_fleet.lab.nodes import Node
 from vllm_fleet.lab.paths import LabPaths
+from vllm_fleet.lab.publishers import nvidia
 from vllm_fleet.validation import validate_hosts
 
 VERSIONS = yaml.safe_load((ROOT / "lab" / "inventory" / "versions.yml").read_text())["nvidia"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_fleet.lab import artifacts, cpu, metax, musa, nvidia
+from vllm_fleet.lab import artifacts, publishers
 from vllm_fleet.lab.paths import FIXTURES_DIR, INVENTORY_TEMPLATES, LabPaths
 
 WEB_SCRIPT = FIXTURES_DIR / "services" / "labweb.py"
@@ -34,8 +34,9 @@ def lab_matrix_versions() -> dict:
 def build(paths: LabPaths, log=print, vendors=()) -> dict:
     """Build the web root into a fresh directory, swap it in, return the manifest.
 
-    A lab with CPU nodes also gets the CPU pip index (vLLM's real CPU build) and the tiny
-    real models they serve.
+    Shared by every node: the git mirror, the pip index of stand-ins and real wheels, the
+    tokenizer and the model hub. Each of `vendors` adds what its publisher builds (a CPU
+    lab, for instance, vLLM's real CPU build and the tiny real models it serves).
     """
     new = paths.root / "www.new"
     if new.exists():
@@ -62,23 +63,13 @@ def build(paths: LabPaths, log=print, vendors=()) -> dict:
     sha = artifacts.build_o200k(o200k, versions["tiktoken_o200k"]["sha256"], log=log)
     manifest["artifacts"]["tiktoken_o200k"] = {
         "url": f"{paths.web_url}/artifacts/tiktoken/o200k_base.tiktoken", "sha256": sha}
-    manifest["artifacts"].update(_vendor_installers(new / "artifacts", paths, versions))
-    # Moore Threads: Miniforge, AIModule's environment (from the pip index above), the driver.
-    manifest["artifacts"].update(musa.publish(new / "artifacts" / "musa", packages, paths, versions))
-    # MetaX: the driver package, the MACA SDK archive and MetaX's two overlays.
-    manifest["artifacts"].update(metax.publish(new / "artifacts" / "metax", paths, versions))
-
-    # NVIDIA: an apt repository with the driver's and the container toolkit's packages.
-    manifest.setdefault("apt", {}).update(nvidia.publish(new, paths, versions))
-
-    # CPU nodes: vLLM's real CPU build in a pip index of its own, and real tiny models.
-    models_dirs = [MODELS_DIR]
-    if "cpu" in vendors:
-        manifest["pypi_cpu"] = cpu.publish(new, paths.web_url, versions["cpu"]["vllm"], log=log)
-        models_dirs.append(cpu.tiny_models(log=log))
+    # What the lab's vendors download of their own (vllm_fleet/lab/publishers/<vendor>.py).
+    site = publishers.Site(www=new, paths=paths, versions=versions, packages=packages, log=log,
+                           models_dirs=[MODELS_DIR])
+    publishers.publish(vendors, site, manifest)
 
     # Model hub: the tiny models over the Hugging Face, ModelScope and git-lfs protocols.
-    manifest["hub"] = build_hub(new, models_dirs)
+    manifest["hub"] = build_hub(new, site.models_dirs)
     manifest["hub_endpoints"] = hub_endpoints(paths.web_url)
 
     _write_sha256sums(new / "artifacts")
@@ -90,18 +81,6 @@ def build(paths: LabPaths, log=print, vendors=()) -> dict:
     shutil.rmtree(old, ignore_errors=True)
     paths.manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
-
-
-def _vendor_installers(art_dir: Path, paths: LabPaths, versions: dict) -> dict:
-    """Build Ascend's simulated `.run` packages (the other vendors publish theirs themselves)."""
-    builder = artifacts.fixture_module(FIXTURES_DIR / "installers" / "ascend" / "build.py",
-                                       "vllm_fleet_lab_ascend_build")
-    v = versions["ascend"]
-    # The builder's package keys -> the matrix's component names.
-    keys = {"driver": "npu_driver", "firmware": "npu_firmware", "toolkit": "cann_toolkit",
-            "kernels": "cann_kernels", "nnal": "cann_nnal"}
-    built = builder.build_all(art_dir / "ascend", {k: v[m] for k, m in keys.items()}, arch=os.uname().machine)
-    return artifacts.published({keys[key]: info for key, info in built.items()}, f"{paths.web_url}/artifacts/ascend")
 
 
 def _hub_module():

@@ -1,6 +1,6 @@
 """Publishes the lab's simulated NVIDIA packages (lab/fixtures/installers/nvidia).
 
-`www.build` calls `publish` once per web root: an apt repository under ``apt/nvidia/``
+`publish` runs once per web root of a lab with NVIDIA nodes: an apt repository under ``apt/nvidia/``
 holding the stand-in driver metapackage at every version of lab/inventory/versions.yml
 (`nvidia.nvidia_driver_packages`: an older one, then the matrix's) and the container
 toolkit's packages. The manifest's ``apt.nvidia`` gives the lab inventory the
@@ -10,10 +10,9 @@ repository's URL, suite and components, and each package's versions.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from vllm_fleet.lab.artifacts import fixture_module
-from vllm_fleet.lab.paths import FIXTURES_DIR, LabPaths
+from vllm_fleet.lab.paths import FIXTURES_DIR
 
 BUILDER = FIXTURES_DIR / "installers" / "nvidia" / "build.py"
 
@@ -22,13 +21,14 @@ def _builder():
     return fixture_module(BUILDER, "vllm_fleet_lab_nvidia_build")
 
 
-def publish(www_dir: Path, paths: LabPaths, versions: dict) -> dict:
-    """Build the repository into ``www_dir/apt/nvidia``; return ``{"nvidia": {url, suites, components, packages}}``."""
-    v = versions["nvidia"]
+def publish(site) -> dict:
+    """Build the repository into ``apt/nvidia``; return ``{"apt": {"nvidia": {url, suites, components, packages}}}``."""
+    v = site.versions["nvidia"]
+    repo = site.www / "apt" / "nvidia"
     info = _builder().build_repository(
-        www_dir / "apt" / "nvidia",
+        repo,
         {"driver_branch": v["nvidia_driver_branch"], "driver_packages": v["nvidia_driver_packages"],
          "cuda": v["nvidia_driver_cuda"], "container_toolkit": v["nvidia_container_toolkit"]},
         arch=os.uname().machine)
-    return {"nvidia": {"url": f"{paths.web_url}/apt/nvidia", "suites": [info["suite"]],
-                       "components": info["components"], "packages": info["packages"]}}
+    return {"apt": {"nvidia": {"url": site.url(repo), "suites": [info["suite"]],
+                               "components": info["components"], "packages": info["packages"]}}}

@@ -8,10 +8,10 @@
   real fleet's mirror of that index serves it, so the role installs `vllm==<version>`
   exactly as it would there. The CPU torch it requires comes from pip's find-links (the
   machine's wheelhouse), as vllm_fleet.argcheck finds it.
-* `publish(www_dir, ...)`: the lab's second pip index, `/pypi-cpu/simple/`, holding those
-  wheels (links into the cache, not copies), apart from the stand-ins of `/pypi/`.
-* `tiny_models()`: the real tiny models of lab/fixtures/tinymodels, built once into the
-  cache and published by the lab's hub with the other models.
+* `publish(site)`, for a lab with CPU nodes: the lab's second pip index, `/pypi-cpu/simple/`,
+  holding those wheels (links into the cache, not copies), apart from the stand-ins of
+  `/pypi/` (the manifest's ``pypi_cpu``), and the real tiny models of lab/fixtures/tinymodels
+  (`tiny_models()`, built once into the cache), which the lab's hub publishes with the others.
 """
 
 from __future__ import annotations
@@ -123,15 +123,16 @@ def wheelhouse(version: str, log=print) -> Path:
     return house
 
 
-def publish(www_dir: Path, web_url: str, version: str, log=print) -> dict:
-    """The lab's CPU pip index under www_dir/pypi-cpu; returns {index_url, projects}."""
-    house = wheelhouse(version, log=log)
-    packages = www_dir / "pypi-cpu" / "packages"
+def publish(site) -> dict:
+    """The lab's CPU pip index under pypi-cpu and the tiny models; returns ``{"pypi_cpu": {index_url, projects}}``."""
+    house = wheelhouse(site.versions["cpu"]["vllm"], log=site.log)
+    packages = site.www / "pypi-cpu" / "packages"
     packages.mkdir(parents=True)
     for wheel in sorted(house.glob("*.whl")):
         (packages / wheel.name).symlink_to(wheel)
-    projects = artifacts.write_simple_index(packages, www_dir / "pypi-cpu" / "simple")
-    return {"index_url": f"{web_url}/pypi-cpu/simple/", "projects": projects}
+    projects = artifacts.write_simple_index(packages, site.www / "pypi-cpu" / "simple")
+    site.models_dirs.append(tiny_models(log=site.log))
+    return {"pypi_cpu": {"index_url": site.url(site.www / "pypi-cpu" / "simple") + "/", "projects": projects}}
 
 
 def tiny_models(log=print) -> Path:
