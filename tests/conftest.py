@@ -20,8 +20,11 @@ EXAMPLE = ROOT / "inventories" / "example"
 # weights each vendor runs, its dtype, its launch profile's context, the adapters a node has);
 # a router entry over the example lets these differ (validation refuses the others).
 EXAMPLE_DIFFERENCES = ["source", "dtype", "max_model_len", "lora_adapters"]
-GROUP_OF = {"ascend-01": "ascend-nodes", "metax-01": "metax-nodes", "musa-01": "musa-nodes",
-            "nvidia-01": "nvidia-nodes", "cpu-01": "cpu-nodes"}
+#: Each fleet host of the example inventory -> its vendor group, as its hosts.yml has them.
+GROUP_OF = {host: group
+            for group, body in yaml.safe_load((EXAMPLE / "hosts.yml").read_text())["all"]["children"]["fleet"]
+            ["children"].items()
+            for host in (body.get("hosts") or {})}
 
 
 def load_module(path: Path, name: str | None = None, register: bool = False) -> ModuleType:

@@ -22,7 +22,7 @@ module per class, each applied to every variable of its class wherever it sits:
 
 and by concern: the JSON Schema (schema.py), role argument specs (roles.py), `vllm serve`
 options against the pinned releases' parsers (serve.py), each vendor's rules
-(vendor_rules.py), the routers (router_hosts.py), monitoring (monitoring_hosts.py), models
+(vendor_rules/<vendor>.py), the routers (router_hosts.py), monitoring (monitoring_hosts.py), models
 spanning nodes (span.py) and the matrix's placeholder checksums (matrix.py).
 """
 
