@@ -23,8 +23,8 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.lab)
     # test_check_mode needs nodes that were never provisioned: it goes first. test_drift
     # converges every node first (so that it starts from a known state): it goes last,
-    # since other tests need nodes that have not fetched everything yet. test_status reads the
-    # nodes test_drift left converged.
+    # since other tests need nodes that have not fetched everything yet. test_status converges
+    # the nodes itself, and comes after test_drift only because its converge is then a no-op.
     order = {"test_check_mode": 0, "test_drift": 2, "test_status": 3}
     items.sort(key=lambda item: order.get(item.module.__name__.rsplit(".", 1)[-1], 1))
 

@@ -1,6 +1,7 @@
-"""`vllm-fleet status` on the converged lab (runs after test_drift, which converges every node):
-one row per unit the nodes really have, read in seconds; tokens/s follows real requests; a
-stopped unit and a device the SMI tool reports Critical are down (exit 5)."""
+"""`vllm-fleet status` on the converged lab: one row per unit the nodes really have, read in
+seconds; tokens/s follows real requests; a stopped unit and a device the SMI tool reports
+Critical are down (exit 5). The module converges the lab first (`converged`), so it reads the
+nodes it made, whatever ran before it; after test_drift, that converge is a no-op on the fast path."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.lab.conftest import INVENTORY, LAB, ROOT
+import pytest
+
+from tests.lab.conftest import INVENTORY, LAB, ROOT, run_playbook
 
 HOSTS = ("ascend-01", "ascend-02", "nvidia-01", "nvidia-02")
 #: The node whose unit is stopped (its models are down, the others up).
@@ -45,7 +48,14 @@ def complete(url: str, model: str, n: int) -> int:
     return tokens
 
 
-def test_status_shows_every_unit_and_tokens_per_second_follow_requests(lab):
+@pytest.fixture(scope="module")
+def converged(lab):
+    run_playbook(check=True)
+    return lab
+
+
+def test_status_shows_every_unit_and_tokens_per_second_follow_requests(converged):
+    lab = converged
     rc, idle, wall = status("--window", "1")
     assert rc == 0, idle
     rows = idle["rows"]
@@ -86,7 +96,8 @@ def test_status_shows_every_unit_and_tokens_per_second_follow_requests(lab):
     assert by_node["ascend-01"]["tokens_per_s"] == 0
 
 
-def test_a_stopped_unit_is_down_and_exits_5(lab):
+def test_a_stopped_unit_is_down_and_exits_5(converged):
+    lab = converged
     unit = next(iter(units_on(lab, STOPPED)))
     lab.run(LAB, STOPPED, f"systemctl stop {unit}.service")
     try:
@@ -105,7 +116,8 @@ HEALTH = ("python3 -c \"import json; p='/etc/vllm-fleet-lab/hardware.json'; h=js
           "h['health']={}; json.dump(h, open(p, 'w'))\"")
 
 
-def test_a_critical_device_puts_its_model_down(lab):
+def test_a_critical_device_puts_its_model_down(converged):
+    lab = converged
     lab.run(LAB, SICK, HEALTH.format("{'1': 'Critical'}"))
     try:
         rc, data, _ = status("--window", "0.2", "-l", SICK)
