@@ -64,7 +64,7 @@ def matrix_schema(vendor: str) -> dict | None:
 
 @cache
 def contract(vendor: str) -> dict:
-    """The vendor's contract as written in roles/<vendor>/vars/main.yml.
+    """The vendor's contract as written in roles/<vendor>/vars/main.yml, over the shared defaults.
 
     Entries that are templates (paths, matrix versions) stay unrendered strings here;
     Python uses the plain ones (deploy_modes, visible_devices_env, ...).
@@ -72,7 +72,15 @@ def contract(vendor: str) -> dict:
     if vendor not in VENDORS:
         raise KeyError(f"unknown vendor {vendor!r}; supported: {', '.join(VENDORS)}")
     data = yaml.safe_load((role_dir(vendor) / "vars" / "main.yml").read_text()) or {}
-    return data[f"{vendor}_contract"]
+    return {**contract_defaults(), **data[f"{vendor}_contract"]}
+
+
+@cache
+def contract_defaults() -> dict:
+    """What a contract is where it says nothing: roles/fleet's _fleet_contract_defaults, which the
+    roles merge under it the same way (top-level keys, each replaced whole)."""
+    data = yaml.safe_load((ROLES_DIR / "fleet" / "vars" / "main.yml").read_text()) or {}
+    return data["_fleet_contract_defaults"]
 
 
 def visible_devices_env(vendor: str) -> str | None:

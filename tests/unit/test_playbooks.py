@@ -110,9 +110,16 @@ def test_the_vendor_list_is_the_facts_modules():
 @pytest.mark.parametrize("vendor", vendors.VENDORS)
 def test_each_vendor_is_one_role_with_its_contract(vendor):
     role = ROOT / "roles" / vendor
-    contract = load(role / "vars" / "main.yml")[f"{vendor}_contract"]
-    assert set(contract) == CONTRACT_KEYS, f"roles/{vendor}/vars/main.yml: {sorted(set(contract) ^ CONTRACT_KEYS)}"
-    assert contract["role"] == vendor
+    written = load(role / "vars" / "main.yml")[f"{vendor}_contract"]
+    defaults = vendors.contract_defaults()
+    where = f"roles/{vendor}/vars/main.yml"
+    assert set(written) <= CONTRACT_KEYS, f"{where}: unknown {sorted(set(written) - CONTRACT_KEYS)}"
+    missing = sorted(CONTRACT_KEYS - set(defaults) - set(written))
+    assert not missing, f"{where} lacks {missing}, which have no default"
+    # A contract writes only where its vendor differs: a key equal to its default is a second home.
+    assert not [k for k in written if k in defaults and written[k] == defaults[k]], where
+    contract = vendors.contract(vendor)
+    assert set(contract) == CONTRACT_KEYS and contract["role"] == vendor
     assert set(contract["runtime"]) == RUNTIME_KEYS
     assert set(contract["deploy_modes"]) <= {"host", "container"} and "host" in contract["deploy_modes"]
     assert contract["driver"]["healthy"] and "Critical" not in contract["driver"]["healthy"]
