@@ -33,6 +33,7 @@ from typing import Any
 
 from vllm_fleet import bench as _bench
 from vllm_fleet import canary as _canary
+from vllm_fleet import inventory as _inventory
 from vllm_fleet import live_status
 from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
@@ -377,34 +378,6 @@ def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
 _PLAYBOOK_GROUPS = {"site.yml": "fleet:router:monitoring"}
 
 
-def _vault_secrets() -> tuple[list, list[str]]:
-    """The vault secrets the run's Ansible would use, from ANSIBLE_VAULT_PASSWORD_FILE and
-    ANSIBLE_VAULT_IDENTITY_LIST of this environment (ansible-runner hands it on; the project's
-    ansible.cfg sets neither), and why each source that gives none is unusable."""
-    from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
-    from ansible.parsing.vault import get_file_vault_secret  # noqa: PLC0415
-
-    sources = [(None, f) for f in [os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE", "")] if f]
-    for item in os.environ.get("ANSIBLE_VAULT_IDENTITY_LIST", "").split(","):
-        label, _, source = item.strip().rpartition("@")
-        if source:
-            sources.append((label or None, source))
-    secrets, unusable = [], []
-    for label, source in sources:
-        if source in ("prompt", "prompt_ask_vault_pass"):
-            unusable.append(f"{source}: vllm-fleet cannot prompt for it")
-            continue
-        try:
-            secret = get_file_vault_secret(filename=source, vault_id=label, loader=DataLoader())
-            secret.load()
-        except (AnsibleError, OSError) as exc:
-            unusable.append(f"{source}: {' '.join(str(exc).split())}")
-            continue
-        secrets.append((label or "default", secret))
-    return secrets, unusable
-
-
 def _vault_decrypt(secrets: list, unusable: list[str]) -> Callable[[str], str]:
     """decrypt(ciphertext) -> text for inventory_files.vault_problems (VaultError when it cannot)."""
     from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
@@ -434,18 +407,14 @@ def inventory_run_problems(inventory: str | os.PathLike, limit: str | None = Non
     if not vaults and _inventory_files.surely_has_hosts(_inventory_files.yaml_groups(inventory), pattern, limit):
         return []  # the common case, without importing Ansible (~0.4 s of CPU)
     from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly: only when needed
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
 
-    loader = DataLoader()
     if vaults:
-        secrets, unusable = _vault_secrets()
+        secrets, unusable = _inventory.vault_secrets()
         problems = _inventory_files.vault_problems(inventory, _vault_decrypt(secrets, unusable))
         if problems:
             return problems
-        loader.set_vault_secrets(secrets)  # an encrypted hosts.yml
     try:
-        manager = InventoryManager(loader=loader, sources=[str(Path(inventory).resolve())])
+        _loader, manager = _inventory.read(inventory)  # with the vault secrets: an encrypted hosts.yml
         in_inventory = len(manager.get_hosts("all"))
         # Only the groups the inventory has: Ansible warns about each missing one.
         present = ":".join(g for g in pattern.split(":") if g in manager.groups)
@@ -719,13 +688,7 @@ def _canary_accuracy(targets, result, accuracy_set, limit, work_dir) -> _canary.
 def fleet_nodes(inventory, limit: str | None = None) -> list[str]:
     """The inventory's fleet nodes a run with `limit` targets, in inventory order (Ansible's own
     inventory parser: the same hosts ansible-playbook would see)."""
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - Ansible loads slowly: only when needed
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
-
-    manager = InventoryManager(loader=DataLoader(), sources=[str(Path(inventory).resolve())])
-    if limit:
-        manager.subset(limit)
-    return [host.name for host in manager.get_hosts("fleet")]
+    return _inventory.hosts(inventory, limit, "fleet")
 
 
 def verify(inventory, limit=None, extravars=None, **kwargs) -> RunResult:

@@ -34,11 +34,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_fleet import inventory as inventory_reader
 from vllm_fleet import models as fleet_models
 from vllm_fleet import router
 from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 from vllm_fleet.exit_codes import EXIT_INVALID as EXIT_INVALID  # re-exported: bench.EXIT_INVALID
-from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MASK, mask_text, scrub_bytes
 from vllm_fleet.validation.files import file_problems as inventory_syntax_problems
 
@@ -129,39 +129,17 @@ class Target:
 
 
 def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, dict]:
-    """Every selected host's variables, as Ansible merges them (group_vars, host_vars), from
-    `ansible-inventory --list`: Ansible's own reader, vault and all, without a playbook run."""
+    """Each selected host's variables the targets are resolved from, rendered as a play
+    sees them (vllm_fleet.inventory, Ansible's own reader, vault and all, without a playbook run)."""
     if not Path(inventory).exists():
         raise InventoryError(f"inventory {inventory} does not exist")
     syntax = inventory_syntax_problems(inventory)
     if syntax:
         raise InventoryError("; ".join(syntax))
-    exe = Path(sys.executable).with_name("ansible-inventory")
-    cmd = [str(exe) if exe.exists() else "ansible-inventory", "-i", str(inventory), "--list"]
-    if limit:
-        cmd += ["--limit", limit]
-    # An inventory Ansible cannot parse is an error here, not a warning and an empty fleet.
-    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise InventoryError(f"ansible-inventory -i {inventory} failed: {proc.stderr.strip()[-2000:]}")
-    data = json.loads(proc.stdout or "{}")
-    hostvars = (data.get("_meta") or {}).get("hostvars") or {}
-    selected = _hosts_of(data, "all")
-    return {h: hostvars.get(h, {}) for h in sorted(selected)}
-
-
-def _hosts_of(data: dict, group: str, seen: set | None = None) -> set[str]:
-    seen = seen if seen is not None else set()
-    if group in seen:
-        return set()
-    seen.add(group)
-    node = data.get(group) or {}
-    hosts = set(node.get("hosts") or [])
-    for child in node.get("children") or []:
-        hosts |= _hosts_of(data, child, seen)
-    return hosts
+    try:
+        return inventory_reader.host_vars(inventory, limit, pattern="all")
+    except inventory_reader.InventoryError as exc:
+        raise InventoryError(str(exc)) from None
 
 
 def base_url(address: str, port: int) -> str:
@@ -184,8 +162,8 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
         for var in ("fleet_models", "fleet_serve_api_key", "fleet_serve_listen", "ansible_host",
                     "fleet_serve_base_port"):
             if "{{" in json.dumps(hv.get(var), default=str):
-                raise BenchError(f"host {host}: {var} is a template, which bench does not render; "
-                                 "give its value with -e or --secrets")
+                raise BenchError(f"host {host}: {var} is a template given with -e or --secrets, which bench does "
+                                 "not render (the inventory's are rendered); give its value")
         for model in router.served_models(hv, host):
             if model.get("smoke") != "chat":
                 continue

@@ -39,8 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from vllm_fleet import inventory as inventory_reader
 from vllm_fleet import router, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.inventory import HOST_KEYS
 from vllm_fleet.models import host_engine_api_key
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
@@ -429,51 +431,11 @@ def _float(text: str) -> float | None:
 # ------------------------------------------------------------------ inventory
 
 #: Host variables status reads (connection and models); the rest of the inventory is not templated.
-HOST_KEYS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file", "ansible_private_key_file",
-             "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_host_key_checking",
-             "ansible_host_key_checking", "ansible_become", "ansible_connection", "fleet_accelerator", "fleet_models",
-             "fleet_serve_defaults", "fleet_serve_env", "fleet_launch_profiles", "fleet_serve_base_port",
-             "fleet_serve_listen", "fleet_serve_api_key", "fleet_serve_unauthenticated", "groups")
-
-
-_PLUGINS_READY = False
-
-
 def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None,
                     secrets: dict | None = None) -> dict[str, dict]:
     """The fleet hosts of the inventory (within `limit`) with the variables status reads,
-    resolved by ansible-core as a play would see them (group and host vars, templates);
-    `secrets` win over the inventory, as extra vars do."""
-    # The project's Ansible configuration, as every run through the API gets it (read on import).
-    os.environ.setdefault("ANSIBLE_CONFIG", str(PROJECT_DIR / "ansible.cfg"))
-    from ansible.errors import AnsibleError  # noqa: PLC0415 - ansible loads slowly
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
-    from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
-    from ansible.template import Templar  # noqa: PLC0415
-    from ansible.vars.manager import VariableManager  # noqa: PLC0415
-
-    global _PLUGINS_READY  # noqa: PLW0603 - Ansible's plugin loader is set up once per process
-    if not _PLUGINS_READY:
-        init_plugin_loader()
-        _PLUGINS_READY = True
-    loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(inventory)])
-    variables = VariableManager(loader=loader, inventory=manager)
-    if limit:
-        manager.subset(limit)
-    hosts = {}
-    for host in manager.get_hosts("fleet"):
-        raw = {**variables.get_vars(host=host, include_hostvars=False), **(secrets or {})}
-        templar = Templar(loader=loader, variables=raw)
-        try:
-            hosts[host.name] = {k: templar.template(raw[k]) for k in HOST_KEYS if k in raw}
-        except AnsibleError as exc:  # an undefined variable, a vault without its password
-            raise ValueError(f"host {host.name}: {exc.message}") from None
-    if not hosts:
-        raise ValueError(f"no host of the group fleet in {inventory}"
-                         + (f" matches the limit {limit!r}" if limit else ""))
-    return hosts
+    resolved as a play would see them (vllm_fleet.inventory); `secrets` win over the inventory."""
+    return inventory_reader.host_vars(inventory, limit, keys=HOST_KEYS, extra=secrets)
 
 
 def ssh_argv(host: str, host_vars: dict, timeout: float) -> list[str]:

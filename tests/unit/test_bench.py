@@ -312,6 +312,20 @@ def test_a_templated_value_is_refused():
 
 
 @pytest.mark.ansible
+def test_the_inventorys_templates_are_rendered_as_a_play_renders_them(tmp_path):
+    """One reader (vllm_fleet.inventory): group vars, host vars and templates as ansible-playbook sees them."""
+    hv = host_vars(ansible_host="127.0.0.1")
+    hv["fleet_serve_base_port"] = "{{ base + 100 }}"
+    hv["fleet_models"] = [m for m in hv["fleet_models"] if "secret_env" not in m]
+    (tmp_path / "group_vars" / "fleet").mkdir(parents=True)
+    (tmp_path / "group_vars" / "fleet" / "ports.yml").write_text("base: 9000\n")
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"fleet": {"hosts": {"cpu-01": hv}}}}}))
+    read = bench.inventory_hostvars(str(tmp_path))
+    assert read["cpu-01"]["fleet_serve_base_port"] == 9100
+    assert [t.url for t in bench.targets_from_hostvars(read)] == ["http://127.0.0.1:9100"]
+
+
+@pytest.mark.ansible
 def test_the_command_reads_the_inventory_and_benches_its_models(engine, tmp_path, capsys):
     inventory = tmp_path / "inventory"
     (inventory / "group_vars" / "cpu-nodes").mkdir(parents=True)

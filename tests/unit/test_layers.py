@@ -31,8 +31,10 @@ LAYERS = {
     "vllm_fleet.models": 1,
     "vllm_fleet.cluster": 1,
     "vllm_fleet.role_specs": 1,
-    # 2 domain: validation, the router, monitoring, reading inventory files (validation.files).
+    # 2 domain: validation, the router, monitoring, reading inventory files (validation.files) and
+    # inventories (inventory).
     "vllm_fleet.validation": 2,
+    "vllm_fleet.inventory": 2,
     "vllm_fleet.router": 2,
     "vllm_fleet.monitoring": 2,
     # 3 features: live status, bench, the vLLM parser checks.
