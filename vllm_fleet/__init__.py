@@ -3,6 +3,18 @@
 The Python API drives the project's playbooks through ansible-runner; the
 ``vllm-fleet`` command line wraps it. ``vllm_fleet.lab`` manages the local lab
 of systemd-nspawn nodes that the test suite and the demo run against.
+
+The package is layered; a module imports only from its own layer or those below
+(tests/unit/test_layers.py enforces it, imports inside functions included):
+
+0. pure helpers: ``project``, ``exit_codes``, ``render``, ``state``, ``release``, ``secrets``;
+1. project data: ``vendors`` (the vendor list and contracts), ``models``, ``cluster``, ``role_specs``;
+2. domain: ``validation`` (one module per class of value, ``vendor_rules/<vendor>``), ``router``,
+   ``monitoring``, ``inventory`` (the one reader of an inventory's hosts and variables);
+3. features: ``live_status``, ``bench``, ``canary``, ``argcheck``;
+4. surfaces: ``api`` (re-exported here) and ``cli``;
+5. the lab simulator, ``lab`` (its vendors' publishers in ``lab/publishers``), which nothing
+   in the product imports.
 """
 
 from vllm_fleet.project import PROJECT_DIR
