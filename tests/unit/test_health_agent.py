@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.simulated_node import BIN, Node
 from vllm_fleet import live_status
 
 ROOT = Path(__file__).resolve().parents[2]
-HARDWARE = ROOT / "lab" / "fixtures" / "hardware"
 AGENT = ROOT / "roles" / "health_agent" / "files" / "vllm-fleet-health-agent"
 
 
@@ -37,29 +37,14 @@ def ask(port: int, line: bytes) -> str:
 @pytest.fixture
 def agent(tmp_path):
     """The agent on a simulated 4-GPU node; yields (port, set_health, set_tool)."""
-    profile = json.loads((HARDWARE / "profiles" / "nvidia.json").read_text())
-    root = tmp_path / "root"
-    hardware = root / "etc" / "vllm-fleet-lab" / "hardware.json"
-    hardware.parent.mkdir(parents=True)
-    profile["count"] = 4
-
-    def set_health(health: dict) -> None:
-        hardware.write_text(json.dumps({**profile, "health": health}))
-
-    set_health({})
-    for index in range(4):
-        node = root / "dev" / profile["device_nodes"]["per_device"].format(index=index, render_minor=128 + index)
-        node.parent.mkdir(parents=True, exist_ok=True)
-        node.write_text("")
-    version = root / profile["driver"]["version_file"].lstrip("/")
-    version.parent.mkdir(parents=True, exist_ok=True)
-    version.write_text("Version=570.1\n")
+    node = Node(tmp_path, "nvidia", count=4)
+    root, set_health = node.root, node.set_health
     # The tool the agent runs: the lab's stand-in, or a broken one.
     tool = tmp_path / "nvidia-smi"
 
     def set_tool(broken: bool) -> None:
         tool.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate' >&2\nexit 9\n"
-                        if broken else f"#!/bin/sh\nexec {sys.executable} {HARDWARE / 'bin' / 'nvidia-smi'} \"$@\"\n")
+                        if broken else f"#!/bin/sh\nexec {sys.executable} {BIN / 'nvidia-smi'} \"$@\"\n")
         tool.chmod(0o755)
 
     set_tool(broken=False)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ansible_playbook, example_hosts, starts_ansible
+from tests.simulated_node import Node
 from vllm_fleet import monitoring
 from vllm_fleet.validation import monitoring_problems
 
@@ -428,20 +429,9 @@ def test_a_failing_smi_tool_publishes_no_accelerator_readings(tmp_path):
 @pytest.mark.parametrize("vendor", ["ascend", "metax", "musa", "nvidia"])
 def test_the_collector_reads_the_labs_simulated_tools(tmp_path, vendor):
     """The lab's stand-in SMI tool (lab/fixtures/hardware/bin) on a simulated node, run as the timer runs it."""
-    hardware = ROOT / "lab" / "fixtures" / "hardware"
-    profile = json.loads((hardware / "profiles" / f"{vendor}.json").read_text())
-    profile.update(utilization_percent=42, memory_used_mb=20480)
-    root = tmp_path / "root"
-    (root / "etc" / "vllm-fleet-lab").mkdir(parents=True)
-    (root / "etc" / "vllm-fleet-lab" / "hardware.json").write_text(json.dumps(profile))
-    for index in range(3):
-        node = root / "dev" / profile["device_nodes"]["per_device"].format(index=index, render_minor=128 + index)
-        node.parent.mkdir(parents=True, exist_ok=True)
-        node.write_text("")
-    version = root / profile["driver"]["version_file"].lstrip("/")
-    version.parent.mkdir(parents=True, exist_ok=True)
-    version.write_text("Version=1.2.3\n")
-    out, _ = _collector(tmp_path, vendor, None, expected=3, tool=hardware / "bin" / profile["smi"]["tool"],
+    node = Node(tmp_path, vendor, count=3, utilization_percent=42, memory_used_mb=20480)
+    root, profile = node.root, node.profile
+    out, _ = _collector(tmp_path, vendor, None, expected=3, tool=node.smi,
                         env={"VLLM_FLEET_LAB_ROOT": str(root)})
     assert _samples(out)[f'vllm_fleet_devices{{vendor="{vendor}"}}'] == 3
     got = _accelerators(out)
