@@ -41,7 +41,10 @@ def wait_back(lab, node: str, before: str, seconds: float = 120) -> str:
 def interrupted(lab):
     """Interrupt both runs mid-download; return what each said, then re-run both."""
     slow = artifact_path(lab, "cann_kernels")  # not fetched by test_download
-    lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 60, "times": 2}})
+    # Every request for it is slow while the faults strike (not just the first two): a node's
+    # retry after a dropped request would otherwise use up a slow turn, and the other node's
+    # download would then pass at full speed before the strike (seen twice under CI's load).
+    lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 60, "times": 20}})
     before = boot_id(lab, "ascend-02")
     cli = subprocess.Popen([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "provision", "-i", str(INVENTORY),
                             "-l", "ascend-01"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
