@@ -41,10 +41,11 @@ def wait_back(lab, node: str, before: str, seconds: float = 120) -> str:
 def interrupted(lab):
     """Interrupt both runs mid-download; return what each said, then re-run both."""
     slow = artifact_path(lab, "cann_kernels")  # not fetched by test_download
-    # Every request for it is slow while the faults strike (not just the first two): a node's
-    # retry after a dropped request would otherwise use up a slow turn, and the other node's
-    # download would then pass at full speed before the strike (seen twice under CI's load).
-    lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 60, "times": 20}})
+    # Every request for it is slow while the faults strike, not just the first two, and slow
+    # enough (180 s, a chunk every 16 s, within get_url's 60 s timeout) that the first node's
+    # download is still on its way when the second node's begins: under CI's load the two can
+    # arrive a minute apart, and the test saw ascend-01's whole file twice with 60 s and 2 turns.
+    lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 180, "times": 20}})
     before = boot_id(lab, "ascend-02")
     cli = subprocess.Popen([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "provision", "-i", str(INVENTORY),
                             "-l", "ascend-01"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
@@ -64,7 +65,7 @@ def interrupted(lab):
         cli_out, _ = cli.communicate(timeout=120)
         cli_seconds = time.monotonic() - struck
         # Read at once: the transfer the node's module had begun may go on after the controller
-        # stopped, and ends whole (atomic rename) once the slow server is done with it, 60 s on.
+        # stopped, and ends whole (atomic rename) once the slow server is done with it.
         cache_after_cut = lab.run(LAB, "ascend-01", f"ls -A {CACHE}")
         play_out, _ = play.communicate(timeout=300)
     finally:
