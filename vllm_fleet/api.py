@@ -633,7 +633,9 @@ def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=N
             raise ValueError(f"accuracy limit {accuracy_limit!r}: a number of samples per subset, at least 1")
         accuracy_work = Path(history_dir).parent / "canary-accuracy" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     canaries, rest = _canary.split(fleet_nodes(inventory, limit), canary)
-    hostvars = _bench.inventory_hostvars(str(inventory), ",".join(canaries))
+    # The canaries' own tolerances with what the targets are resolved from.
+    hostvars = _bench.inventory_hostvars(str(inventory), ",".join(canaries),
+                                         keys=_inventory.HOST_KEYS + tuple(_canary.TOLERANCES))
     limits = _canary.tolerances([hostvars[h] for h in canaries if h in hostvars])
     run = rollout(inventory, limit=",".join(canaries), extravars=extravars, secrets=secrets, serial=len(canaries),
                   max_fail_percentage=0, **kwargs)

@@ -128,7 +128,8 @@ class Target:
     unreachable: str | None = None
 
 
-def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, dict]:
+def inventory_hostvars(inventory: str, limit: str | None = None,
+                       keys: tuple[str, ...] = inventory_reader.HOST_KEYS) -> dict[str, dict]:
     """Each selected host's variables the targets are resolved from, rendered as a play
     sees them (vllm_fleet.inventory, Ansible's own reader, vault and all, without a playbook run)."""
     if not Path(inventory).exists():
@@ -137,7 +138,7 @@ def inventory_hostvars(inventory: str, limit: str | None = None) -> dict[str, di
     if syntax:
         raise InventoryError("; ".join(syntax))
     try:
-        return inventory_reader.host_vars(inventory, limit, pattern="all")
+        return inventory_reader.host_vars(inventory, limit, pattern="all", keys=keys)
     except inventory_reader.InventoryError as exc:
         raise InventoryError(str(exc)) from None
 
