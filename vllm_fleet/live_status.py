@@ -430,11 +430,11 @@ def _float(text: str) -> float | None:
 
 # ------------------------------------------------------------------ inventory
 
-#: Host variables status reads (connection and models); the rest of the inventory is not templated.
 def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None,
                     secrets: dict | None = None) -> dict[str, dict]:
-    """The fleet hosts of the inventory (within `limit`) with the variables status reads,
-    resolved as a play would see them (vllm_fleet.inventory); `secrets` win over the inventory."""
+    """The fleet hosts of the inventory (within `limit`) with the variables status reads (HOST_KEYS:
+    connection and models; nothing else is templated), resolved as a play would see them
+    (vllm_fleet.inventory); `secrets` win over the inventory."""
     return inventory_reader.host_vars(inventory, limit, keys=HOST_KEYS, extra=secrets)
 
 
