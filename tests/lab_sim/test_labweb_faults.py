@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,6 +79,25 @@ def test_slow_serves_whole_but_takes_its_time(server):
     start = time.monotonic()
     assert get(port, "/a/file.bin") == DATA
     assert time.monotonic() - start >= 0.9
+
+
+def test_slow_ends_at_once_whole_when_the_fault_is_lifted(server):
+    """The fault battery holds a download open (seconds: 900) until both nodes are struck, then
+    lifts the fault: the transfer under way finishes whole at once, and never pauses long enough
+    for a client's read timeout (10 s here) meanwhile."""
+    port, faults = server
+    faults.write_text(json.dumps({"/a/file.bin": {"mode": "slow", "seconds": 900}}))
+    result = {}
+    reader = threading.Thread(target=lambda: result.update(data=get(port, "/a/file.bin")))
+    start = time.monotonic()
+    reader.start()
+    time.sleep(12)
+    assert reader.is_alive(), "the slow download ended before its fault was lifted"
+    faults.write_text(json.dumps({}))
+    reader.join(timeout=15)
+    assert not reader.is_alive(), "the download went on after the fault was lifted"
+    assert result["data"] == DATA
+    assert time.monotonic() - start < 30
 
 
 def test_no_faults_file_serves_normally(server):

@@ -41,11 +41,12 @@ def wait_back(lab, node: str, before: str, seconds: float = 120) -> str:
 def interrupted(lab):
     """Interrupt both runs mid-download; return what each said, then re-run both."""
     slow = artifact_path(lab, "cann_kernels")  # not fetched by test_download
-    # Every request for it is slow while the faults strike, not just the first two, and slow
-    # enough (180 s, a chunk every 16 s, within get_url's 60 s timeout) that the first node's
-    # download is still on its way when the second node's begins: under CI's load the two can
-    # arrive a minute apart, and the test saw ascend-01's whole file twice with 60 s and 2 turns.
-    lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 180, "times": 20}})
+    # Every request for it is slow while the faults strike, not just the first two, and held
+    # open until the fault is lifted (at most 900 s, a piece every 5 s at most, within get_url's
+    # timeout), so that the first node's download is still on its way when the second node's
+    # begins, however far apart CI's load puts them: with a fixed 60 s, then 180 s, the test saw
+    # ascend-01's whole file in the cache before the Ctrl-C.
+    lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 900, "times": 20}})
     before = boot_id(lab, "ascend-02")
     cli = subprocess.Popen([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "provision", "-i", str(INVENTORY),
                             "-l", "ascend-01"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
@@ -53,7 +54,9 @@ def interrupted(lab):
     play = subprocess.Popen(playbook_cmd("-l", "ascend-02"), cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 300
+        # A run that fails before the download ends the wait at once (below); the deadline only
+        # bounds a run that hangs, so it leaves room for a loaded machine's slow fresh runs.
+        deadline = time.monotonic() + 1200
         while lab.faults(LAB)[slow].get("hits", 0) < 2:
             assert time.monotonic() < deadline, "the nodes never reached the installer download"
             assert cli.poll() is None and play.poll() is None, "a run ended before the download"
@@ -65,7 +68,7 @@ def interrupted(lab):
         cli_out, _ = cli.communicate(timeout=120)
         cli_seconds = time.monotonic() - struck
         # Read at once: the transfer the node's module had begun may go on after the controller
-        # stopped, and ends whole (atomic rename) once the slow server is done with it.
+        # stopped, and ends whole (atomic rename) once the fault is lifted (finally, below).
         cache_after_cut = lab.run(LAB, "ascend-01", f"ls -A {CACHE}")
         play_out, _ = play.communicate(timeout=300)
     finally:
