@@ -27,7 +27,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, blocked_route, changed_tasks, chat_completion, lab_session, recap
+from tests.lab.conftest import (
+    RUN_TIMEOUT,
+    answer_text,
+    blocked_route,
+    changed_tasks,
+    chat_completion,
+    lab_session,
+    recap,
+)
 from tests.lab.conftest import lab_env as env
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,7 +48,7 @@ RAY_UNIT = f"ray-{MODEL}"
 UNIT = f"vllm-{MODEL}"
 
 
-def playbook(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
+def playbook(*args: str, timeout: int = RUN_TIMEOUT) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), *args], cwd=ROOT,
                           env=env(), capture_output=True, text=True, timeout=timeout)

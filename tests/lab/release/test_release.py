@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, lab_session, recap
+from tests.lab.conftest import RUN_TIMEOUT, answer_text, changed_tasks, chat_completion, lab_session, recap
 from tests.lab.conftest import lab_env as env
 from vllm_fleet.vendors import vendor_release_id
 
@@ -38,7 +38,7 @@ BASE = "/opt/vllm-fleet"
 def converge() -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), "site.yml"], cwd=ROOT,
-                          env=env(), capture_output=True, text=True, timeout=900)
+                          env=env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
     return proc, time.monotonic() - start
 
 

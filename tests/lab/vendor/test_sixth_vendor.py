@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import recap
+from tests.lab.conftest import RUN_TIMEOUT, recap
 
 ROOT = Path(__file__).resolve().parents[3]
 VENDOR_FILES = Path(__file__).resolve().parent / "acme"
@@ -88,7 +88,7 @@ def env(tree: Path) -> dict:
             "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "0"}
 
 
-def cli(tree: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def cli(tree: Path, *args: str, timeout: int = RUN_TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vllm_fleet.cli", *args], cwd=tree, env=env(tree),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -142,7 +142,7 @@ def test_a_lab_node_of_the_new_vendor_converges_and_serves(tree):
         print(f"lab up (1 ACME node) {time.monotonic() - start:.1f} s")
         start = time.monotonic()
         converge = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), "site.yml"],
-                                  cwd=tree, env=env(tree), capture_output=True, text=True, timeout=900)
+                                  cwd=tree, env=env(tree), capture_output=True, text=True, timeout=RUN_TIMEOUT)
         print(f"converge {time.monotonic() - start:.1f} s")
         assert converge.returncode == 0, out(converge)
         assert recap(converge.stdout)[HOST]["failed"] == 0
