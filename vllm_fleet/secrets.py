@@ -27,6 +27,10 @@ _TOKEN_COUNTS = re.compile(r"max_|num_|_len|batched|budget|count", re.I)
 MIN_MASKED_LENGTH = 4
 #: The shortest API key accepted: shorter ones are guessed in minutes.
 MIN_KEY_LENGTH = 16
+#: Keys whose values name things (a model, an adapter, a team: validation/names.py holds
+#: them to the name rule): never secrets, not even inside a `--secrets` file, where a team's
+#: name sits beside its key and would otherwise be masked in every message that names it.
+NAME_KEYS = ("name", "served_model_name")
 
 
 class _SecretName:
@@ -50,23 +54,27 @@ def is_secret_path(parts: Iterable[Any]) -> bool:
 
 
 def secret_values(tree: Any, secret: bool = False) -> list[str]:
-    """Every string (and number) under a key named like a secret, at any depth of `tree`
-    (or every one when `secret`), longest first so that a secret containing another is masked whole."""
+    """Every string and number under a key named like a secret, at any depth of `tree`, and when
+    `secret` (a `--secrets` file's tree) every string of it too, except the values of NAME_KEYS;
+    longest first so that a secret containing another is masked whole. A `--secrets` file holds
+    a team's key beside its name: the key is masked, the name (printed by status and the
+    router's counters) is not."""
     found: set[str] = set()
 
-    def walk(value, inside: bool):
+    def walk(value, named: bool):
         if isinstance(value, dict):
             for k, v in value.items():
-                walk(v, inside or bool(SECRET_NAME.search(str(k))))
+                if str(k) not in NAME_KEYS:
+                    walk(v, named or bool(SECRET_NAME.search(str(k))))
         elif isinstance(value, (list, tuple)):
             for v in value:
-                walk(v, inside)
-        elif inside and value is not None and not isinstance(value, bool):
+                walk(v, named)
+        elif (named or (secret and isinstance(value, str))) and value is not None and not isinstance(value, bool):
             text = str(value)
             if len(text.strip()) >= MIN_MASKED_LENGTH:
                 found.add(text)
 
-    walk(tree, secret)
+    walk(tree, False)
     return sorted(found, key=len, reverse=True)
 
 

@@ -86,6 +86,24 @@ def test_secret_values_cover_nested_secrets():
     assert len(values[0]) >= len(values[-1])  # longest first
 
 
+@pytest.mark.parametrize("tree,masked,shown", [
+    # A team's key is masked; its name, which status and the router's counters print, is not.
+    ({"router_api_keys": [{"name": "research", "key": "k" * 20}]}, ["k" * 20], ["research"]),
+    # Outside a secret's name, a --secrets file's strings are secrets, its numbers are not.
+    ({"my_vault": {"value": "v" * 12, "port": 8443}}, ["v" * 12], ["8443"]),
+    # Names are never secrets, even under a secret's name; numbers named like secrets are.
+    ({"fleet_serve_api_key": "s" * 16, "api_tokens": {"name": "team-a", "pin": 123456}}, ["s" * 16, "123456"],
+     ["team-a"]),
+    ({"fleet_models": [{"name": "qwen-7b", "served_model_name": "org/qwen", "secret_env": {"HF_TOKEN": "hf_x1y2"}}]},
+     ["hf_x1y2"], ["qwen-7b", "org/qwen"]),
+])
+def test_a_secrets_files_keys_are_masked_and_its_names_are_not(tree, masked, shown):
+    values = api._secret_values(tree)
+    assert sorted(values) == sorted(masked)
+    text = api.secrets_mod.mask_text(" ".join(masked + shown), values)
+    assert all(word in text.split() for word in shown) and not any(word in text for word in masked)
+
+
 def test_scrub_tree_masks_files(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "stdout").write_text("x hf_abc123 y")

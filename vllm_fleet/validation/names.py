@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from vllm_fleet.secrets import NAME_KEYS
 from vllm_fleet.validation.problem import Problem, leaves
 
 #: What clients ask for: a hub-style org/model is fine.
@@ -22,7 +23,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@:-]*\Z")
 #: Keys whose values clients send as the model's name (a '/' allowed).
 SERVED_KEYS = ("served_model_name",)
 LONGEST = 128
-NAME_KEYS = ("name", "served_model_name")
 #: Role variables that name a thing on the node (an image, a conda environment, ...).
 _NAME_VARIABLE = re.compile(r"_name$")
 ACCEPTED = (f"1-{LONGEST} letters, digits and '.', '_', '-', '+', '@', ':', starting with a letter or digit (a "
