@@ -25,10 +25,10 @@ RUN_TIMEOUT = 1800
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.lab)
-    # test_check_mode needs nodes that were never provisioned: it goes first. test_drift
-    # converges every node first (so that it starts from a known state): it goes last,
-    # since other tests need nodes that have not fetched everything yet. test_status converges
-    # the nodes itself, and comes after test_drift only because its converge is then a no-op.
+    # The order saves work; no test needs it to pass. Tests that need never-provisioned nodes
+    # ask for them (fresh_nodes), which resets only nodes a test before them converged: in this
+    # order none. test_check_mode goes first, test_drift (which converges every node) last but
+    # one, test_status (which converges the nodes itself) after it, when its converge is a no-op.
     order = {"test_check_mode": 0, "test_drift": 2, "test_status": 3}
     items.sort(key=lambda item: order.get(item.module.__name__.rsplit(".", 1)[-1], 1))
 
@@ -51,6 +51,23 @@ def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, 
     finally:
         if not os.environ.get("VLLM_FLEET_KEEP_LAB"):
             lab_api.down(name, log=quiet)
+
+
+#: What a run leaves on a node from its first steps on; a node without any was never provisioned.
+PROVISIONED = ("/opt/vllm-fleet", "/var/cache/vllm-fleet", "/home/models", "/usr/local/Ascend")
+
+
+def fresh_nodes(lab_api, nodes: list[str], name: str | None = None,
+                leftovers: tuple[str, ...] = PROVISIONED) -> list[str]:
+    """Make `nodes` never-provisioned for the test that calls this, as far as it looks
+    (`leftovers`, shell patterns): those a test before it left any of them on get a fresh root
+    (lab.reset); return their names."""
+    name = name or LAB
+    used = [node for node in nodes
+            if lab_api.run(name, node, "ls -d " + " ".join(leftovers) + " 2>/dev/null || true").strip()]
+    if used:
+        lab_api.reset(name, used, log=lambda m: None)
+    return used
 
 
 @contextlib.contextmanager

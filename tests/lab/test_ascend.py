@@ -7,7 +7,7 @@ import copy
 
 from vllm_fleet.vendors import vendor_release_id
 
-from .conftest import LAB, group_vars, recap, run_playbook, write_overrides
+from .conftest import LAB, fresh_nodes, group_vars, recap, run_playbook, write_overrides
 
 
 def ascend_matrix() -> dict:
@@ -15,6 +15,7 @@ def ascend_matrix() -> dict:
 
 
 def test_wrong_checksum_stops_that_host_and_leaves_no_file(lab):
+    fresh_nodes(lab, ["ascend-01"], leftovers=("/var/cache/vllm-fleet/downloads/*", "/usr/local/Ascend"))
     matrix = ascend_matrix()
     driver_file = matrix["npu_driver"]["file"]
     matrix["npu_driver"]["sha256"] = "f" * 64
@@ -45,6 +46,7 @@ def test_commit_in_no_mirror_stops_that_host_and_leaves_no_checkout(lab):
 
 
 def test_too_little_disk_stops_before_any_download(lab):
+    fresh_nodes(lab, ["ascend-01"], leftovers=("/home/models/*",))
     models = copy.deepcopy(group_vars("ascend-nodes")["fleet_models"])
     models[0]["size_gb"] = 1000000
     proc = run_playbook("-l", "ascend-01", overrides=write_overrides({"ascend-01": {"fleet_models": models}}))

@@ -141,6 +141,24 @@ def start(name: str, node_name: str) -> None:
     nodes.wait_ready(paths, node)
 
 
+def reset(name: str, node_names: list[str], log=print) -> None:
+    """Give these nodes a fresh root, as `up` first built them (same names, ports, hardware and
+    inventory; new host keys, in known_hosts), and wait until they are up: what a test that needs
+    never-provisioned nodes asks for when others ran before it."""
+    paths = lab_paths(name)
+    every = nodes.load_nodes(paths)
+    chosen = [_find(paths, node_name) for node_name in node_names]
+    base = rootfs.ensure_rootfs(log=log)
+    for node in chosen:
+        log(f"resetting node {node.name}")
+        nodes.destroy_node(paths, nodes.node_dir(paths, node.name))
+        nodes.create_node(paths, node, base)
+        nodes.start_node(paths, node)
+    nodes.write_known_hosts(paths, every)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda n: nodes.wait_ready(paths, n), chosen))
+
+
 def _find(paths, node_name: str) -> nodes.Node:
     for node in nodes.load_nodes(paths):
         if node.name == node_name:
