@@ -35,8 +35,9 @@ Command line::
     python -m vllm_fleet.argcheck --release 0.16.0 --fork-compilation-key simple_cuda_graph --json argvs.json
     python -m vllm_fleet.argcheck --release 0.16.0 --prepare-only
 
-It prints the results as JSON and exits 0 when every line is accepted, 1 when one is
-rejected, 2 when the parser could not be prepared (the message says which step and why).
+It prints the results as JSON and exits with vllm-fleet's codes (vllm_fleet.exit_codes): 0 when
+every line is accepted, 4 (EXIT_INVALID) when one is rejected, 1 (EXIT_ERROR) when the parser
+could not be prepared (the message says which step and why).
 
 Typed serve options (`describe`): validation checks every model's `serve` parameters on
 the controller, where vLLM is not installed, against a description of each pinned
@@ -601,6 +602,10 @@ def dump_descriptions(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Here, not at the top: this file also runs as a script in a release's venv (the inner
+    # half below), where vllm_fleet is not installed.
+    from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_INVALID, EXIT_OK
+
     parser = argparse.ArgumentParser(prog="python -m vllm_fleet.argcheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--release", help="vLLM release whose parser decides, e.g. 0.11.2")
     parser.add_argument("--describe", nargs="*", metavar="RELEASE",
@@ -626,10 +631,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 Path(args.output).write_text(text)
                 print(f"wrote {args.output}", file=sys.stderr)
-            return 0
+            return EXIT_OK
         if args.prepare_only:
             print(prepare(args.release, cache_dir=args.cache_dir, offline=args.offline))
-            return 0
+            return EXIT_OK
         if not args.json_file:
             parser.error("--json FILE is required unless --prepare-only")
         text = sys.stdin.read() if args.json_file == "-" else Path(args.json_file).read_text()
@@ -640,14 +645,18 @@ def main(argv: list[str] | None = None) -> int:
                         fork_compilation_keys=args.fork_compilation_key)
     except (ArgcheckError, ValueError) as exc:
         print(f"argcheck: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     print(json.dumps([{"argv": a, **r} for a, r in zip(argvs, results, strict=False)], indent=2))
-    return 0 if all(r["ok"] for r in results) else 1
+    return EXIT_OK if all(r["ok"] for r in results) else EXIT_INVALID
 
 
 # ------------------------------------------------------------------ inside the release's venv
 # Everything below runs with the release's own interpreter and vLLM, and only the standard
 # library besides vLLM: this file is executed there as a script (`--inner`).
+
+#: The inner half's exit when vLLM's parser could not be set up (its report says why): a code
+#: between the two halves only; the outer half turns it into an ArgcheckError.
+_INNER_SETUP_FAILED = 3
 
 
 class _ParserError(Exception):
@@ -903,7 +912,7 @@ def _inner_describe(output_path: str) -> int:
 
         report["setup_error"] = traceback.format_exc()
         Path(output_path).write_text(json.dumps(report))
-        return 3
+        return _INNER_SETUP_FAILED
     Path(output_path).write_text(json.dumps(report))
     return 0
 
@@ -918,7 +927,7 @@ def _inner_main(input_path: str, output_path: str) -> int:
 
         report["setup_error"] = traceback.format_exc()
         Path(output_path).write_text(json.dumps(report))
-        return 3
+        return _INNER_SETUP_FAILED
     report["import_seconds"] = round(time.monotonic() - started, 2)
     records = _Records()
     logging.getLogger("vllm").addHandler(records)

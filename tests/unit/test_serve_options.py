@@ -95,3 +95,26 @@ def test_release_without_a_description_is_left_to_the_parser(example):
     example["nvidia-01"]["fleet_matrix"]["vllm"]["version"] = "0.9.9"
     set_serve(example, "nvidia-01", "max_modle_len", 1)
     assert not any("max_modle_len" in p for p in problems_for(example, "nvidia-01"))
+
+
+@pytest.mark.parametrize("results,raised,code", [
+    ([{"ok": True}], None, 0),
+    ([{"ok": True}, {"ok": False, "error": "unrecognized arguments: --x"}], None, 4),
+    (None, argcheck.ArgcheckError("the vllm 0.11.2 parser could not be run"), 1),
+])
+def test_argcheck_answers_with_vllm_fleets_exit_codes(tmp_path, monkeypatch, capsys, results, raised, code):
+    """argcheck's command line exits as every vllm-fleet command does (vllm_fleet.exit_codes): a
+    line refused is an invalid input (4), a parser that could not be prepared an error (1)."""
+    from vllm_fleet import exit_codes
+
+    def check(release, argvs, **kwargs):
+        if raised:
+            raise raised
+        return results
+
+    monkeypatch.setattr(argcheck, "check", check)
+    argvs = tmp_path / "argvs.json"
+    argvs.write_text('[["vllm", "serve", "m"], ["vllm", "serve", "m", "--x"]]')
+    assert argcheck.main(["--release", "0.11.2", "--json", str(argvs)]) == code
+    assert code in (exit_codes.EXIT_OK, exit_codes.EXIT_INVALID, exit_codes.EXIT_ERROR)
+    assert ("could not be run" in capsys.readouterr().err) == bool(raised)
