@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -149,6 +150,13 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
         elif in_recap and not line.strip():
             in_recap = False
     return out
+
+
+def slowest_tasks(stdout: str) -> dict[str, float]:
+    """The TASKS RECAP of ansible.cfg's profile_tasks: {task: seconds} of a run's slowest tasks
+    (task_output_limit of them); a task not listed took at most the least of these."""
+    recap_text = stdout.rsplit("TASKS RECAP", 1)[-1] if "TASKS RECAP" in stdout else ""
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S.*?) -{3,} ([\d.]+)s$", recap_text, re.M)}
 
 
 def changed_tasks(stdout: str) -> dict[str, list[str]]:
