@@ -29,6 +29,7 @@ import pytest
 
 from tests.conftest import ROOT, example_hosts
 from vllm_fleet import argcheck
+from vllm_fleet.exit_codes import EXIT_INVALID
 from vllm_fleet.models import resolve_models
 from vllm_fleet.render import serve_argv
 
@@ -255,7 +256,7 @@ def test_cli_reports_json_and_exit_status(verdict, tmp_path):
     (tmp_path / "argvs.json").write_text(json.dumps(lines))
     proc = subprocess.run([sys.executable, "-m", "vllm_fleet.argcheck", "--release", release, "--json",
                            str(tmp_path / "argvs.json")], capture_output=True, text=True, cwd=ROOT, timeout=900)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == EXIT_INVALID, proc.stderr  # a line refused (vllm_fleet.exit_codes)
     report = json.loads(proc.stdout)
     assert [r["ok"] for r in report] == [True, False]
     assert report[1]["argv"] == lines[1]
