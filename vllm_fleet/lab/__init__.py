@@ -95,8 +95,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     # Before anything connects: ssh (Ansible's and run_on's) trusts only these keys.
     nodes.write_known_hosts(paths, wanted)
     log(f"booting {len(wanted)} node(s): {', '.join(n.name for n in wanted)}")
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        states = list(pool.map(lambda n: nodes.wait_ready(paths, n), wanted))
+    states = _wait_ready(paths, wanted)
     for node, state in zip(wanted, states, strict=False):
         if state != "running":
             log(f"note: {node.name} booted with systemd state {state!r}")
@@ -155,8 +154,13 @@ def reset(name: str, node_names: list[str], log=print) -> None:
         nodes.create_node(paths, node, base)
         nodes.start_node(paths, node)
     nodes.write_known_hosts(paths, every)
+    _wait_ready(paths, chosen)
+
+
+def _wait_ready(paths, booting: list[nodes.Node]) -> list[str]:
+    """Wait for the booting nodes side by side; each one's systemd state, in order."""
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda n: nodes.wait_ready(paths, n), chosen))
+        return list(pool.map(lambda n: nodes.wait_ready(paths, n), booting))
 
 
 def _find(paths, node_name: str) -> nodes.Node:
