@@ -54,8 +54,19 @@ def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, 
             lab_api.down(name, log=quiet)
 
 
-#: What a run leaves on a node from its first steps on; a node without any was never provisioned.
-PROVISIONED = ("/opt/vllm-fleet", "/var/cache/vllm-fleet", "/home/models", "/usr/local/Ascend")
+def role_default(role: str, variable: str):
+    """A role's default (roles/<role>/defaults/main.yml), the one home of the node paths tests look at."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[variable]
+
+
+#: Where a run writes on a node from its first steps on (vllm-fleet's directory, the download
+#: cache, the models, Ascend's install path); a node without any of them was never provisioned.
+DOWNLOADS = role_default("download", "download_cache_dir")
+MODELS = role_default("fleet", "fleet_models_dir")
+ASCEND_INSTALL = role_default("ascend", "ascend_install_path")
+PROVISIONED = (role_default("fleet", "fleet_base_dir"), str(Path(DOWNLOADS).parent), MODELS, ASCEND_INSTALL)
 
 
 def fresh_nodes(lab_api, nodes: list[str], name: str | None = None,

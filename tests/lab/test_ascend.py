@@ -7,7 +7,17 @@ import copy
 
 from vllm_fleet.vendors import vendor_release_id
 
-from .conftest import LAB, fresh_nodes, group_vars, recap, run_playbook, write_overrides
+from .conftest import (
+    ASCEND_INSTALL,
+    DOWNLOADS,
+    LAB,
+    MODELS,
+    fresh_nodes,
+    group_vars,
+    recap,
+    run_playbook,
+    write_overrides,
+)
 
 
 def ascend_matrix() -> dict:
@@ -15,7 +25,7 @@ def ascend_matrix() -> dict:
 
 
 def test_wrong_checksum_stops_that_host_and_leaves_no_file(lab):
-    fresh_nodes(lab, ["ascend-01"], leftovers=("/var/cache/vllm-fleet/downloads/*", "/usr/local/Ascend"))
+    fresh_nodes(lab, ["ascend-01"], leftovers=(f"{DOWNLOADS}/*", ASCEND_INSTALL))  # nothing fetched or installed
     matrix = ascend_matrix()
     driver_file = matrix["npu_driver"]["file"]
     matrix["npu_driver"]["sha256"] = "f" * 64
@@ -46,7 +56,7 @@ def test_commit_in_no_mirror_stops_that_host_and_leaves_no_checkout(lab):
 
 
 def test_too_little_disk_stops_before_any_download(lab):
-    fresh_nodes(lab, ["ascend-01"], leftovers=("/home/models/*",))
+    fresh_nodes(lab, ["ascend-01"], leftovers=(f"{MODELS}/*",))  # no model fetched
     models = copy.deepcopy(group_vars("ascend-nodes")["fleet_models"])
     models[0]["size_gb"] = 1000000
     proc = run_playbook("-l", "ascend-01", overrides=write_overrides({"ascend-01": {"fleet_models": models}}))
