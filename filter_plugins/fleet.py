@@ -307,6 +307,28 @@ def fleet_release_id(matrix, keys, vendor):
         raise AnsibleFilterError(f"fleet_release_id: {exc}") from exc
 
 
+def fleet_release_keys(release_entries, pins):
+    """The matrix entries that name the vendor's release: the contract's release and pins
+    (given apart: rendering the whole contract would render doctor's paths, which need facts)."""
+    return release.release_keys(_plain(release_entries), _plain(pins))
+
+
+def fleet_pin_specs(pins, matrix):
+    """The contract's pins as pip requirements at the matrix's versions (`torch==2.7.1`)."""
+    try:
+        return release.pin_specs(_plain(pins), _plain(matrix))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"fleet_pin_specs: {exc}") from exc
+
+
+def fleet_pin_versions(pins, matrix):
+    """The contract's pins as {distribution: version}: what doctor compares."""
+    try:
+        return release.pin_versions(_plain(pins), _plain(matrix))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"fleet_pin_versions: {exc}") from exc
+
+
 def fleet_release_inputs(matrix, keys, vendor):
     """What that release is built from (written into its completion marker)."""
     try:
@@ -377,6 +399,9 @@ class FilterModule:
             "fleet_doctor_mismatch": fleet_doctor_mismatch,
             "fleet_release_id": fleet_release_id,
             "fleet_release_inputs": fleet_release_inputs,
+            "fleet_release_keys": fleet_release_keys,
+            "fleet_pin_specs": fleet_pin_specs,
+            "fleet_pin_versions": fleet_pin_versions,
             "fleet_release_state": fleet_release_state,
             "fleet_release_history": fleet_release_history,
             "fleet_cluster_address": fleet_cluster_address,

@@ -39,6 +39,40 @@ def _content(value):
     return value
 
 
+def pinned_version(entry) -> str:
+    """The version a pinned matrix entry names: the entry itself (``torch: "2.7.1"``) or its
+    ``version`` (``vllm: {version: 0.11.2, ...}``)."""
+    if isinstance(entry, dict):
+        if "version" not in entry:
+            raise ValueError(f"a pinned matrix entry is a version or has one; got {entry!r}")
+        entry = entry["version"]
+    if isinstance(entry, bool) or not isinstance(entry, (str, int, float)):
+        raise ValueError(f"a pinned matrix entry is a version or has one; got {entry!r}")
+    return str(entry)
+
+
+def pin_versions(pins: dict, matrix: dict) -> dict[str, str]:
+    """{distribution: version} for a contract's ``pins`` ({pip distribution: matrix key}), in
+    the pins' order. A key the matrix lacks is an optional pin (Ray, for models that span
+    nodes) and is left out; which keys a vendor requires is its matrix schema's business."""
+    if not isinstance(pins, dict) or not isinstance(matrix, dict):
+        raise ValueError(f"expected pins and fleet_matrix as mappings, got {pins!r} and {type(matrix).__name__}")
+    return {dist: pinned_version(matrix[key]) for dist, key in pins.items() if key in matrix}
+
+
+def pin_specs(pins: dict, matrix: dict) -> list[str]:
+    """The pins as pip requirements (``torch==2.7.1``), in the pins' order: what the vendor's
+    install step resolves, the same versions doctor compares (``pin_versions``)."""
+    return [f"{dist}=={version}" for dist, version in pin_versions(pins, matrix).items()]
+
+
+def release_keys(release: list, pins: dict) -> list[str]:
+    """The matrix entries that name a vendor's release: its contract's ``release`` (what is
+    not a pip pin: Python, source commits, overlays) and every pinned entry. Both empty: the
+    vendor keeps its environment in place and has no releases."""
+    return sorted(set(release or []) | set((pins or {}).values()))
+
+
 def release_inputs(matrix: dict, keys: list[str], vendor: str) -> dict:
     """What a release is built from: the vendor and its contract's defining matrix entries."""
     if not isinstance(matrix, dict):

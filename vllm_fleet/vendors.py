@@ -99,4 +99,10 @@ def shared_devices(vendor: str) -> bool:
 
 def vendor_release_id(matrix: dict, vendor: str) -> str:
     """The id of the release `matrix` defines on a node of `vendor` (its contract's release keys)."""
-    return release.release_id(matrix, list(contract(vendor)["release"]), vendor)
+    return release.release_id(matrix, release_keys(vendor), vendor)
+
+
+def release_keys(vendor: str) -> list[str]:
+    """The matrix entries that name `vendor`'s release: its contract's `release` and `pins`."""
+    terms = contract(vendor)
+    return release.release_keys(terms["release"], terms["pins"])

@@ -12,7 +12,8 @@ from vllm_fleet import vendors
 ROOT = Path(__file__).resolve().parents[2]
 #: What every vendor contract (roles/<vendor>/vars/main.yml) must say; docs/CONTRIBUTING-VENDOR.md explains each.
 CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "shared_devices", "unit_devices",
-                 "packages", "installs", "release", "runtime", "cluster", "driver", "doctor", "image", "container"}
+                 "packages", "installs", "pins", "release", "runtime", "cluster", "driver", "doctor", "image",
+                 "container"}
 RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 

@@ -5,6 +5,7 @@ playbooks/rollback.yml."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,12 @@ def example_matrix(vendor: str) -> dict:
     return yaml.safe_load(path.read_text())["fleet_matrix"]
 
 
-VERSIONED = [v for v in vendors.VENDORS if vendors.contract(v)["release"]]
+VERSIONED = [v for v in vendors.VENDORS if vendors.release_keys(v)]
 
 
 def test_every_vendor_with_a_venv_is_versioned_and_musa_says_why_not():
     assert set(VERSIONED) == {"ascend", "metax", "nvidia", "cpu"}
-    assert vendors.contract("musa")["release"] == []
+    assert vendors.contract("musa")["release"] == [] and vendors.contract("musa")["pins"] == {}
     with pytest.raises(ValueError, match="defines no release keys"):
         vendors.vendor_release_id(example_matrix("musa"), "musa")
 
@@ -33,7 +34,8 @@ def test_every_vendor_with_a_venv_is_versioned_and_musa_says_why_not():
 @pytest.mark.parametrize("vendor", VERSIONED)
 def test_the_release_keys_are_entries_of_the_vendors_matrix(vendor):
     matrix = example_matrix(vendor)
-    keys = vendors.contract(vendor)["release"]
+    keys = vendors.release_keys(vendor)
+    assert set(vendors.contract(vendor)["pins"].values()) <= set(keys)
     assert "python" in keys and "vllm" in keys and "torch" in keys
     assert set(keys) <= set(matrix), sorted(set(keys) - set(matrix))
 
@@ -41,7 +43,7 @@ def test_the_release_keys_are_entries_of_the_vendors_matrix(vendor):
 @pytest.mark.parametrize("vendor", VERSIONED)
 def test_the_id_changes_when_and_only_when_a_defining_entry_changes(vendor):
     matrix = example_matrix(vendor)
-    keys = vendors.contract(vendor)["release"]
+    keys = vendors.release_keys(vendor)
     base = vendors.vendor_release_id(matrix, vendor)
     assert len(base) == release.ID_LENGTH and int(base, 16) >= 0
     # Stable: the same matrix in another order, or copied, names the same release.
@@ -58,6 +60,46 @@ def test_the_id_changes_when_and_only_when_a_defining_entry_changes(vendor):
             value[0] = {**value[0], "sha256": "f" * 64}
         moved = vendors.vendor_release_id(changed, vendor) != base
         assert moved == (key in keys), f"{vendor}: changing {key} {'moved' if moved else 'kept'} the release"
+
+
+def test_pins_keep_their_order_read_an_entrys_version_and_leave_out_what_the_matrix_lacks():
+    pins = {"vllm": "vllm", "torch-npu": "torch_npu", "ray": "ray"}
+    matrix = {"torch_npu": "2.7.1", "vllm": {"version": "0.11.2", "sources": ["https://x.invalid/v.git"]}}
+    assert list(release.pin_versions(pins, matrix).items()) == [("vllm", "0.11.2"), ("torch-npu", "2.7.1")]
+    assert release.pin_specs(pins, matrix) == ["vllm==0.11.2", "torch-npu==2.7.1"]
+    assert release.pin_specs({}, matrix) == []
+    # The release is named by the contract's release and every pinned entry, pinned or not in this matrix.
+    assert release.release_keys(["python", "vllm"], pins) == ["python", "ray", "torch_npu", "vllm"]
+    assert release.release_keys([], {}) == []
+    for entry in ({"commit": "a" * 40}, ["2.7.1"], None, True):
+        with pytest.raises(ValueError, match="a version or has one"):
+            release.pin_specs({"torch": "torch"}, {"torch": entry})
+
+
+@pytest.mark.parametrize("vendor", vendors.VENDORS)
+def test_each_pin_is_a_pip_name_over_a_version_entry_of_the_vendors_matrix_schema(vendor):
+    """The class of a pinned entry: a version, or an entry with one. The schema makes every
+    pinned value a version before a pin reaches pip or doctor."""
+    schema = vendors.matrix_schema(vendor)
+    version = {"$ref": "#/$defs/version"}
+    for dist, key in vendors.contract(vendor)["pins"].items():
+        assert re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist), f"{vendor}: {dist!r} is no pip name"
+        entry = schema["properties"].get(key)
+        has_version = entry.get("properties", {}).get("version") == version and "version" in entry.get("required", [])
+        assert entry == version or has_version, f"{vendor}: pins {dist} to {key}: {entry}"
+    versions = release.pin_versions(vendors.contract(vendor)["pins"], example_matrix(vendor))
+    assert all(isinstance(v, str) and v for v in versions.values()), versions
+
+
+def test_no_role_writes_a_pip_pin_of_the_matrix_outside_the_contracts_pins():
+    """One home: a task or template that spells `name==` over a matrix entry would be a second
+    list of what the contract's pins say (install and doctor could then disagree)."""
+    written = re.compile(r"[A-Za-z0-9_.-]+==\s*(\{\{\s*|'\s*~\s*)fleet_matrix\.")
+    found = [f"{path.relative_to(ROOT)}:{n}"
+             for root in (ROOT / "roles", ROOT / "tests" / "lab" / "vendor" / "acme" / "roles")
+             for path in sorted([*root.glob("*/tasks/**/*"), *root.glob("*/templates/**/*")]) if path.is_file()
+             for n, line in enumerate(path.read_text().splitlines(), 1) if written.search(line)]
+    assert not found, found
 
 
 def test_where_a_commit_is_fetched_from_is_not_part_of_the_release():
