@@ -141,10 +141,27 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
         cmd += ["-i", str(overrides)]
     cmd += [playbook, *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=lab_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    keep_run_log(cmd, proc)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-2000:]}")
     return proc
+
+
+RUN_LOGS = ROOT / ".cache" / "test-logs" / "playbooks"
+
+
+def keep_run_log(cmd: list[str], proc: subprocess.CompletedProcess) -> Path:
+    """Every run's whole output, kept beside the lab jobs' logs: a test that passed slowly, or one
+    whose assertion shows only a tail, can be read afterwards task by task (with profile_tasks'
+    timings). Named after the test that ran it, numbered in order."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "no-test").split(" ")[0]
+    path, _, name = test.partition("::")
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{Path(path).stem}__{name}")[:150]
+    RUN_LOGS.mkdir(parents=True, exist_ok=True)
+    path = RUN_LOGS / f"{stem}-{len(list(RUN_LOGS.glob(stem + '-*.log'))) + 1}.log"
+    path.write_text(f"$ {' '.join(cmd)}\nexit {proc.returncode}\n\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    return path
 
 
 def recap(stdout: str) -> dict[str, dict[str, int]]:
