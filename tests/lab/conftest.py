@@ -140,8 +140,7 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
     if overrides:
         cmd += ["-i", str(overrides)]
     cmd += [playbook, *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=lab_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    keep_run_log(cmd, proc)
+    proc = run_kept(cmd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-2000:]}")
@@ -149,6 +148,14 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
 
 
 RUN_LOGS = ROOT / ".cache" / "test-logs" / "playbooks"
+
+
+def run_kept(cmd: list[str], timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """A lab test's ansible-playbook or vllm-fleet, from the project root with the lab's
+    environment, its whole output kept (keep_run_log)."""
+    proc = subprocess.run(cmd, cwd=ROOT, env=lab_env(), capture_output=True, text=True, timeout=timeout)
+    keep_run_log(cmd, proc)
+    return proc
 
 
 def keep_run_log(cmd: list[str], proc: subprocess.CompletedProcess) -> Path:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import RUN_TIMEOUT, lab_session
-from ..conftest import lab_env as env
+from ..conftest import RUN_TIMEOUT, lab_session, run_kept
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "faults"
@@ -54,8 +53,7 @@ def playbook_cmd(*args: str, playbook: str = "site.yml") -> list[str]:
 
 def run_playbook(*args: str, playbook: str = "site.yml", timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
     """ansible-playbook against the battery's lab (site.yml, or one of this folder's small playbooks)."""
-    return subprocess.run(playbook_cmd(*args, playbook=playbook), cwd=ROOT, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return run_kept(playbook_cmd(*args, playbook=playbook), timeout=timeout)
 
 
 def artifact_path(lab, key: str) -> str:

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
+from ..conftest import lab_env as env
 from ..conftest import recap
-from .conftest import INVENTORY, LAB, ROOT, artifact_path, env, playbook_cmd, run_playbook
+from .conftest import INVENTORY, LAB, ROOT, artifact_path, playbook_cmd, run_playbook
 
 CACHE = "/var/cache/vllm-fleet/downloads"
 

@@ -35,8 +35,8 @@ from tests.lab.conftest import (
     chat_completion,
     lab_session,
     recap,
+    run_kept,
 )
-from tests.lab.conftest import lab_env as env
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "ray"
@@ -50,8 +50,7 @@ UNIT = f"vllm-{MODEL}"
 
 def playbook(*args: str, timeout: int = RUN_TIMEOUT) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), *args], cwd=ROOT,
-                          env=env(), capture_output=True, text=True, timeout=timeout)
+    proc = run_kept([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), *args], timeout=timeout)
     return proc, time.monotonic() - start
 
 

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import RUN_TIMEOUT, answer_text, chat_completion, lab_session, recap
-from tests.lab.conftest import lab_env as env
+from tests.lab.conftest import answer_text, chat_completion, lab_session, recap, run_kept
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "router"
@@ -37,12 +36,11 @@ BASE = "/opt/vllm-fleet"
 
 def playbook(*args: str, playbook: str = "site.yml") -> subprocess.CompletedProcess:
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    return run_kept(cmd)
 
 
 def vllm_fleet(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(ROOT / ".venv/bin/vllm-fleet"), *args, "-i", str(INVENTORY), "-q"], cwd=ROOT,
-                          env=env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    return run_kept([str(ROOT / ".venv/bin/vllm-fleet"), *args, "-i", str(INVENTORY), "-q"])
 
 
 def set_host_vars(host: str, **values) -> None:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 from tests.lab.conftest import answer_text, recap
+from tests.lab.conftest import lab_env as env
 from tests.lab.router.conftest import (
     INVENTORY,
     LAB,
@@ -22,7 +23,6 @@ from tests.lab.router.conftest import (
     answered,
     chat,
     delta,
-    env,
     host_vars,
     on_node,
     playbook,
