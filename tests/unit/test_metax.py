@@ -206,10 +206,8 @@ def test_container_unit_line_by_line(tmp_path):
     assert "ExecStartPre=-docker rm -f vllm-gpt-oss-20b" in lines
     assert "ExecStop=docker stop -t 30 vllm-gpt-oss-20b" in lines
     assert not any(line.startswith(("User=", "SupplementaryGroups=")) for line in lines)
-    matrix = example_hosts()["metax-01"]["fleet_matrix"]
-    digest = hashlib.sha256(" ".join(
-        [f"{matrix['vllm_image']['repository']}:{matrix['vllm_image']['tag']}"]
-        + [o["sha256"] for o in matrix["vllm_overlays"]]).encode()).hexdigest()[:12]
+    # The vLLM version, then the Dockerfile's own digest (base image, overlays: all it builds from).
+    digest = hashlib.sha256((node / "etc/vllm-fleet/images/metax/Dockerfile").read_bytes()).hexdigest()[:12]
     image = f"vllm-fleet/vllm-metax:0.10.2-{digest}"
     argv = exec_start(unit)
     run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
@@ -230,6 +228,7 @@ def test_container_unit_line_by_line(tmp_path):
     assert "VLLM_ATTENTION_BACKEND=TRITON_ATTN_VLLM_V1" in env and "CUDA_VISIBLE_DEVICES=0" in env
 
     dockerfile = (node / "etc/vllm-fleet/images/metax/Dockerfile").read_text()
+    matrix = example_hosts()["metax-01"]["fleet_matrix"]
     assert ("FROM registry.example.internal/quay/maca/vllm:maca.ai3.2.1.3-torch2.6-py310-ubuntu22.04-amd64"
             in dockerfile.splitlines())
     runs = [block for block in dockerfile.split("\nRUN ")[1:]]

@@ -3,6 +3,7 @@ install, rendered by the roles' own templates without contacting any node."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,9 @@ def test_container_unit_line_by_line(container_plan):
     assert "ExecStop=docker stop -t 30 vllm-gpt-oss-120b" in lines
     assert not any(line.startswith("User=") for line in lines)
     argv = exec_start(unit)
-    image = "vllm-fleet/vllm-ascend:275de3417065-37d8fecc4437"
+    # The two commits, then the Dockerfile's own digest (all the image is built from).
+    digest = dockerfile_digest(container_plan / "ascend-01", "ascend")
+    image = f"vllm-fleet/vllm-ascend:275de3417065-37d8fecc4437-{digest}"
     assert argv[:5] == ["docker", "run", "--rm", "--name", "vllm-gpt-oss-120b"]
     run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
     # Seed 001's docker run: -u 0 --ipc=host (--privileged only when asked for), every NPU and control device...
@@ -158,6 +161,30 @@ def test_container_unit_line_by_line(container_plan):
     assert "checkout 37d8fecc443786b7fd5c73be553013136a6bfeba" in docker
     assert "VLLM_TARGET_DEVICE=empty pip install -e ." in docker
     assert "pip install torch==2.7.1 torch-npu==2.7.1" in docker
+
+
+def dockerfile_digest(node: Path, vendor: str) -> str:
+    """The first 12 hex digits of the sha256 of the Dockerfile the plan would build on a node."""
+    return hashlib.sha256((node / f"etc/vllm-fleet/images/{vendor}/Dockerfile").read_bytes()).hexdigest()[:12]
+
+
+def unit_image(unit: Path) -> str:
+    """The image a container unit runs: the docker run argument right after its last option."""
+    return next(a for a in exec_start(unit.read_text()) if a.startswith("vllm-fleet/vllm-"))
+
+
+@pytest.mark.ansible
+def test_a_built_images_tag_moves_with_any_input_of_its_dockerfile(container_plan, tmp_path):
+    """An input the readable part of the tag does not name (here the pip index) still moves the
+    tag, so the unit changes and restarts on the image built from the new Dockerfile."""
+    unit = "etc/systemd/system/vllm-gpt-oss-120b.service"
+    other = plan(tmp_path, "-l", "ascend-nodes", "-e", "fleet_deploy_mode=container",
+                 "-e", "fleet_pip_index_url=http://127.0.0.1:3141/other/simple")
+    before, after = unit_image(container_plan / "ascend-01" / unit), unit_image(other / "ascend-01" / unit)
+    assert before.rsplit("-", 1)[0] == after.rsplit("-", 1)[0] == "vllm-fleet/vllm-ascend:275de3417065-37d8fecc4437"
+    assert before.endswith("-" + dockerfile_digest(container_plan / "ascend-01", "ascend"))
+    assert after.endswith("-" + dockerfile_digest(other / "ascend-01", "ascend"))
+    assert before != after
 
 
 @pytest.mark.ansible
