@@ -337,30 +337,6 @@ def fleet_release_inputs(matrix, keys, vendor):
         raise AnsibleFilterError(f"fleet_release_inputs: {exc}") from exc
 
 
-def fleet_release_state(dirs, complete, current="", history="", wanted="", keep=2):
-    """The node's releases: installed, previous, to prune (vllm_fleet/release.py).
-
-    dirs, complete: release ids (or paths ending in them); current: the id `current`
-    points at; history: the history file's text or a list of ids.
-    """
-    if isinstance(history, str):
-        history = history.split()
-    try:
-        return release.release_state([str(d).rstrip("/").rsplit("/", 1)[-1] for d in _plain(dirs)],
-                                     [str(d).rstrip("/").rsplit("/", 1)[-1] for d in _plain(complete)],
-                                     str(current or ""), [str(h) for h in _plain(history)],
-                                     str(wanted or ""), int(keep))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"fleet_release_state: {exc}") from exc
-
-
-def fleet_release_history(history, target):
-    """The history file's ids once `target` is made current."""
-    if isinstance(history, str):
-        history = history.split()
-    return release.history_after_switch([str(h) for h in _plain(history)], str(target))
-
-
 class FilterModule:
     """vllm-fleet filters."""
 
@@ -402,8 +378,6 @@ class FilterModule:
             "fleet_release_keys": fleet_release_keys,
             "fleet_pin_specs": fleet_pin_specs,
             "fleet_pin_versions": fleet_pin_versions,
-            "fleet_release_state": fleet_release_state,
-            "fleet_release_history": fleet_release_history,
             "fleet_cluster_address": fleet_cluster_address,
             "fleet_ray_env": fleet_ray_env,
             "fleet_ray_start_argv": fleet_ray_start_argv,

@@ -3,31 +3,37 @@
 A release is the venv (and the source checkouts and overlays that live with it) built
 from a vendor's defining matrix entries; it is installed under
 `<fleet_base_dir>/releases/<id>/` and served through the stable `<fleet_base_dir>/current`
-link. This module is the one place that names a release (`release_id`) and that decides,
-from what a node holds, which release is the previous one and which are pruned
-(`release_state`): roles/fleet_release, playbooks/rollback.yml and the tests use it.
+link. This module is the one place that names a release (`release_id`) and says what it is
+built from (`release_inputs`, the pins); what a node's releases say (which one is previous,
+which are pruned) is decided on the node, by module_utils/vllm_fleet_release.py.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+
+from vllm_fleet.project import PROJECT_DIR
 
 # Keys of a matrix entry that say where something is fetched from, not what it is: a
 # new mirror of the same commit is the same release.
 _WHERE_KEYS = frozenset({"sources", "url", "urls", "mirror", "mirrors"})
-# The file in a release directory that says the release was installed completely; it
-# holds what the release was built from.
-MARKER = ".vllm-fleet-release.json"
-# The node's activation history (one release id a line, the current one last).
-HISTORY = "history"
-ID_LENGTH = 12
-_ID_CHARS = frozenset("0123456789abcdef")
 
 
-def is_release_id(name: str) -> bool:
-    """Whether `name` is spelled as `release_id` spells ids (the fleet's own naming)."""
-    return len(name) == ID_LENGTH and set(name) <= _ID_CHARS
+def _node_module():
+    """module_utils/vllm_fleet_release.py, the node's half (it spells ids as release_id makes
+    them), loaded from its file: Ansible ships it to nodes as ansible.module_utils.*, no package
+    of ours here."""
+    spec = importlib.util.spec_from_file_location("vllm_fleet_release_node",
+                                                  PROJECT_DIR / "module_utils" / "vllm_fleet_release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: Hex digits of a release id (the node's half recognises its releases by them).
+ID_LENGTH: int = _node_module().ID_LENGTH
 
 
 def _content(value):
@@ -86,54 +92,3 @@ def release_id(matrix: dict, keys: list[str], vendor: str) -> str:
     """A short hash of the release's inputs: equal inputs, equal id, whatever their order."""
     text = json.dumps(release_inputs(matrix, keys, vendor), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:ID_LENGTH]
-
-
-def release_state(dirs: list[str], complete: list[str], current: str, history: list[str],
-                  wanted: str = "", keep: int = 2) -> dict:
-    """What a node holds and what follows from it.
-
-    dirs: release ids with a directory; complete: those with a completion marker;
-    current: the id `current` points at ("" = none); history: ids in the order they were
-    made current (oldest first); wanted: the release a converge installs ("" = none);
-    keep: releases kept, the current one included.
-
-    previous: the most recently current complete release other than the current one
-    ("" = none, nothing to roll back to); prune: the directories to remove (complete
-    releases beyond `keep`, in the history's order, and incomplete ones, which only a
-    release id names), never the current, the wanted or the previous one.
-    """
-    if keep < 1:
-        raise ValueError(f"fleet_releases_keep must be at least 1, got {keep}")
-    # A release is a directory that holds the marker or that is named as the fleet names
-    # releases (an install interrupted before its marker); anything else in the directory
-    # is someone else's and is never pruned.
-    present = {d for d in dirs if d in complete or is_release_id(d)}
-    done = [r for r in complete if r in present]
-    # Each id once, most recently current last; complete releases that were never current
-    # (installed, then the run stopped before the switch) count as oldest.
-    order: list[str] = []
-    for rid in [r for r in sorted(done) if r not in history] + list(history):
-        if rid in order:
-            order.remove(rid)
-        order.append(rid)
-    order = [r for r in order if r in done]
-    previous = next((r for r in reversed(order) if r != current), "")
-    # Kept: the current release and the keep-1 most recently current others (with keep 1,
-    # only the current one: no rollback target is kept).
-    kept = {current, wanted} | set([r for r in reversed(order) if r != current][:keep - 1])
-    prune = sorted(r for r in present if r not in kept)
-    return {
-        "current": current,
-        "wanted": wanted,
-        "installed": order,
-        "incomplete": sorted(present - set(done)),
-        "wanted_complete": bool(wanted) and wanted in done,
-        "previous": previous,
-        "prune": prune,
-        "history": [r for r in order if r in present],
-    }
-
-
-def history_after_switch(history: list[str], target: str) -> list[str]:
-    """The activation history once `target` is made current."""
-    return [r for r in history if r != target] + [target]

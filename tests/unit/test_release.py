@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import load_module
 from vllm_fleet import release, vendors
 
 ROOT = Path(__file__).resolve().parents[2]
+# The node's half: what a node's releases say (previous, prune), decided on the node.
+node = load_module(ROOT / "module_utils" / "vllm_fleet_release.py")
 
 
 def example_matrix(vendor: str) -> dict:
@@ -139,64 +142,67 @@ def test_the_filter_is_the_same_function():
     assert filters["fleet_release_inputs"](matrix, ["vllm", "torch", "python"], "cpu") == {
         "vendor": "cpu",
         "matrix": {"python": "3.11", "torch": "2.13.0+cpu", "vllm": {"version": "0.32.0", "isa": "avx2"}}}
-    # The role hands over paths found on the node and the history file's text.
-    state = filters["fleet_release_state"](["/opt/vllm-fleet/releases/aaa", "/opt/vllm-fleet/releases/bbb"],
-                                           ["/opt/vllm-fleet/releases/aaa", "/opt/vllm-fleet/releases/bbb"],
-                                           "bbb", "aaa\nbbb\n", "bbb", 2)
-    assert state["previous"] == "aaa" and state["prune"] == []
-    assert filters["fleet_release_history"]("aaa\nbbb\n", "aaa") == ["bbb", "aaa"]
+
+
+@pytest.mark.parametrize("vendor", VERSIONED)
+def test_the_node_recognises_the_ids_the_controller_makes(vendor):
+    """The node's half (module_utils/vllm_fleet_release.py) prunes an unmarked directory only
+    when it is spelled as release_id spells ids; any other directory is someone else's."""
+    rid = vendors.vendor_release_id(example_matrix(vendor), vendor)
+    assert node.is_release_id(rid)
+    assert not node.is_release_id(rid[:-1]) and not node.is_release_id(rid.upper())
 
 
 # ---------------------------------------------------------------- what a node's releases say
 
 def test_a_fresh_node_has_nothing_to_roll_back_to():
-    state = release.release_state([], [], "", [], wanted="a1")
+    state = node.release_state([], [], "", [], wanted="a1")
     assert state == {"current": "", "wanted": "a1", "installed": [], "incomplete": [], "wanted_complete": False,
                      "previous": "", "prune": [], "history": []}
 
 
 def test_previous_is_the_release_current_before_and_a_second_rollback_goes_forward():
     # A converged, then B: B current, A previous.
-    state = release.release_state(["A", "B"], ["A", "B"], "B", ["A", "B"], wanted="B")
+    state = node.release_state(["A", "B"], ["A", "B"], "B", ["A", "B"], wanted="B")
     assert state["previous"] == "A" and state["installed"] == ["A", "B"] and state["prune"] == []
     # Rolled back to A: B is now the previous one.
-    history = release.history_after_switch(["A", "B"], "A")
+    history = node.history_after_switch(["A", "B"], "A")
     assert history == ["B", "A"]
-    assert release.release_state(["A", "B"], ["A", "B"], "A", history, wanted="B")["previous"] == "B"
+    assert node.release_state(["A", "B"], ["A", "B"], "A", history, wanted="B")["previous"] == "B"
 
 
 def test_prune_keeps_the_current_and_keep_minus_one_most_recent_others():
     dirs = ["A", "B", "C", "D"]
-    state = release.release_state(dirs, dirs, "D", ["A", "B", "C", "D"], wanted="D", keep=2)
+    state = node.release_state(dirs, dirs, "D", ["A", "B", "C", "D"], wanted="D", keep=2)
     assert state["previous"] == "C" and state["prune"] == ["A", "B"]
-    state = release.release_state(dirs, dirs, "D", ["A", "B", "C", "D"], wanted="D", keep=3)
+    state = node.release_state(dirs, dirs, "D", ["A", "B", "C", "D"], wanted="D", keep=3)
     assert state["prune"] == ["A"]
     # keep 1: only the current one stays; nothing to roll back to after the prune.
-    state = release.release_state(dirs, dirs, "D", ["A", "B", "C", "D"], wanted="D", keep=1)
+    state = node.release_state(dirs, dirs, "D", ["A", "B", "C", "D"], wanted="D", keep=1)
     assert state["prune"] == ["A", "B", "C"]
     with pytest.raises(ValueError, match="at least 1"):
-        release.release_state(dirs, dirs, "D", [], keep=0)
+        node.release_state(dirs, dirs, "D", [], keep=0)
 
 
 def test_an_incomplete_release_is_never_previous_and_is_pruned_unless_wanted():
     half = "0123456789ab"  # no marker: only its name, a release id, says it is the fleet's
     # B's install was interrupted (no marker): A stays the one to go back to.
-    state = release.release_state(["A", half], ["A"], "A", ["A"], wanted=half)
+    state = node.release_state(["A", half], ["A"], "A", ["A"], wanted=half)
     assert state["incomplete"] == [half] and not state["wanted_complete"]
     assert state["previous"] == "" and half not in state["prune"]
     # Once the matrix moved on to C, the half-installed B goes.
-    state = release.release_state(["A", half, "C"], ["A", "C"], "C", ["A", "C"], wanted="C")
+    state = node.release_state(["A", half, "C"], ["A", "C"], "C", ["A", "C"], wanted="C")
     assert state["previous"] == "A" and state["prune"] == [half]
 
 
 def test_a_directory_neither_marked_nor_named_as_a_release_is_never_pruned():
-    state = release.release_state(["A", "C", "backup", "0123456789AB"], ["A", "C"], "C", ["A", "C"], wanted="C",
+    state = node.release_state(["A", "C", "backup", "0123456789AB"], ["A", "C"], "C", ["A", "C"], wanted="C",
                                   keep=1)
     assert state["prune"] == ["A"] and state["incomplete"] == []
 
 
 def test_a_history_entry_without_its_directory_is_forgotten_and_a_never_current_release_counts_oldest():
-    state = release.release_state(["B", "C"], ["B", "C"], "C", ["A", "C"], wanted="C")
+    state = node.release_state(["B", "C"], ["B", "C"], "C", ["A", "C"], wanted="C")
     assert state["history"] == ["B", "C"] and state["previous"] == "B"
 
 
@@ -235,14 +241,22 @@ def test_converge_switches_release_after_the_models_and_right_before_the_units_r
     assert tasks[names.index("fleet_release")]["when"] == "_fleet_releases_enabled"
 
 
-def test_the_role_marks_reads_switches_and_prunes_in_that_order():
-    main = load("roles/fleet_release/tasks/main.yml")
-    assert [t["ansible.builtin.import_tasks"] for t in main] == ["mark.yml", "read.yml", "switch.yml", "prune.yml"]
-    switch = load("roles/fleet_release/tasks/switch.yml")
-    link = next(t for t in switch if "ansible.builtin.file" in t)["ansible.builtin.file"]
-    # A relative link replaced by the file module (temporary name, then rename).
-    assert link["state"] == "link" and link["src"] == "releases/{{ _fleet_release_target }}"
-    assert "ansible.builtin.assert" in switch[0], "switching to a release that is not complete is refused first"
+def test_each_entry_point_is_one_module_run_on_the_node():
+    """converge (main) marks, switches and prunes, switch only switches, read only reads: each
+    one call of library/fleet_releases.py, then a set_fact on the controller."""
+    assert [t["ansible.builtin.import_tasks"] for t in load("roles/fleet_release/tasks/main.yml")] == ["converge.yml"]
+    calls = {}
+    for entry in ("converge", "read", "switch"):
+        tasks = load(f"roles/fleet_release/tasks/{entry}.yml")
+        assert [next(k for k in t if k not in ("name", "register")) for t in tasks] == [
+            "fleet_releases", "ansible.builtin.set_fact"], entry
+        calls[entry] = tasks[0]["fleet_releases"]
+        published = f"{{{{ {tasks[0]['register']}.state }}}}"
+        assert tasks[1]["ansible.builtin.set_fact"] == {"fleet_release_state": published}
+    assert {k for k in calls["converge"] if k in ("record", "target", "prune")} == {"record", "target", "prune"}
+    assert calls["converge"]["prune"] is True and "fleet_release_inputs" in calls["converge"]["record"]
+    assert "target" in calls["switch"] and "record" not in calls["switch"] and "prune" not in calls["switch"]
+    assert not {"record", "target", "prune"} & set(calls["read"])
     activate = load("roles/fleet_release/tasks/activate.yml")
     assert activate[0]["ansible.builtin.import_tasks"] == "switch.yml"
     assert activate[1]["ansible.builtin.include_role"]["name"] == "vllm_service"
