@@ -116,7 +116,8 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
         "python_env : Install the pinned packages",
     ], changed["nvidia-01"]
     assert "tiktoken_cache : Download with its checksum checked o200k_base" in changed["nvidia-02"]
-    assert "fleet_release : Point current at the release" in changed["nvidia-02"]
+    assert "fleet_release : Mark the release complete, make it current, record it and prune old releases" \
+        in changed["nvidia-02"]
     # The units already run the release current points at again: none restarts.
     assert not any("vllm_service" in t for t in changed["nvidia-02"]), changed["nvidia-02"]
 
