@@ -25,12 +25,10 @@ share a loopback with cannot be read over HTTP from here: its row says so.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -44,7 +42,6 @@ from vllm_fleet import router, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.inventory import HOST_KEYS
 from vllm_fleet.models import host_engine_api_key
-from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
 from vllm_fleet.secrets import secret_values as all_secret_values
 
@@ -285,23 +282,8 @@ def unit_since(props: dict, node_monotonic_us: int | None, node_now: float | Non
 # ------------------------------------------------------------------ the facts module's parsers
 
 def _accel():
-    """module_utils/vllm_fleet_accel.py (the facts module's parsers), loaded from its file:
-    Ansible ships it to nodes as ansible.module_utils.*, which is no package of ours here."""
-    name = "vllm_fleet_status_accel"
-    with _ACCEL_LOCK:  # node threads ask at once; the first loads it
-        return sys.modules.get(name) or _load_accel(name)
-
-
-_ACCEL_LOCK = threading.Lock()
-
-
-def _load_accel(name: str):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """module_utils/vllm_fleet_accel.py (the facts module's parsers), as vendors reads it."""
+    return vendors.accel()
 
 
 #: Runs on the node (python3, which Ansible needs there too) for models that listen on its

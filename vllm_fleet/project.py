@@ -2,6 +2,9 @@
 holding site.yml. Re-exported as vllm_fleet.PROJECT_DIR."""
 
 import hashlib
+import importlib.util
+import sys
+import threading
 from pathlib import Path
 
 #: Root of the vllm-fleet project (the checkout holding site.yml).
@@ -24,3 +27,24 @@ def code_digest(root: Path = PROJECT_DIR) -> str:
                 continue
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+_MODULE_UTILS_LOCK = threading.Lock()
+
+
+def module_util(name: str):
+    """module_utils/<name>.py, loaded from its file once per process (threads that ask at once
+    get the same module): Ansible ships these files to nodes as ansible.module_utils.*, which is
+    no package of ours on the controller."""
+    key = f"vllm_fleet_module_utils_{name}"
+    with _MODULE_UTILS_LOCK:
+        if key not in sys.modules:
+            spec = importlib.util.spec_from_file_location(key, PROJECT_DIR / "module_utils" / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[key] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[key]
+                raise
+        return sys.modules[key]

@@ -11,29 +11,17 @@ which are pruned) is decided on the node, by module_utils/vllm_fleet_release.py.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 
-from vllm_fleet.project import PROJECT_DIR
+from vllm_fleet.project import module_util
 
 # Keys of a matrix entry that say where something is fetched from, not what it is: a
 # new mirror of the same commit is the same release.
 _WHERE_KEYS = frozenset({"sources", "url", "urls", "mirror", "mirrors"})
 
 
-def _node_module():
-    """module_utils/vllm_fleet_release.py, the node's half (it spells ids as release_id makes
-    them), loaded from its file: Ansible ships it to nodes as ansible.module_utils.*, no package
-    of ours here."""
-    spec = importlib.util.spec_from_file_location("vllm_fleet_release_node",
-                                                  PROJECT_DIR / "module_utils" / "vllm_fleet_release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 #: Hex digits of a release id (the node's half recognises its releases by them).
-ID_LENGTH: int = _node_module().ID_LENGTH
+ID_LENGTH: int = module_util("vllm_fleet_release").ID_LENGTH
 
 
 def _content(value):

@@ -16,27 +16,20 @@ by ``roles/fleet``); Python reads its plain (untemplated) entries through
 
 from __future__ import annotations
 
-import importlib.util
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 import yaml
 
 from vllm_fleet import release
-from vllm_fleet.project import PROJECT_DIR
+from vllm_fleet.project import PROJECT_DIR, module_util
 
 ROLES_DIR = PROJECT_DIR / "roles"
-_ACCEL = PROJECT_DIR / "module_utils" / "vllm_fleet_accel.py"
 
 
-@lru_cache(maxsize=1)
 def accel():
     """module_utils/vllm_fleet_accel.py: the facts module's hardware table and readers."""
-    # module_utils is not a Python package (Ansible ships it to nodes), so it is loaded by path.
-    spec = importlib.util.spec_from_file_location("vllm_fleet_accel", _ACCEL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_util("vllm_fleet_accel")
 
 
 def _hardware_table() -> dict:
