@@ -6,6 +6,8 @@ Thin wrappers: the logic lives in the `vllm_fleet` package so that the roles,
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 from pathlib import Path
 
@@ -33,26 +35,86 @@ def _plain(value):
     return value
 
 
-def fleet_inventory_problems(hostvars, hosts):
-    """Every problem of the inventory for `hosts` (names), as sentences; [] if valid
-    (vllm_fleet.validation.validate_inventory, over every host's variables that validation reads)."""
+def fleet_inventory_problems(hostvars, hosts, sources=None):
+    """Every problem of the inventory for `hosts` (names), as sentences; [] if valid: those of its
+    files (`sources`: ansible_inventory_sources; vllm_fleet.validation.files, the checks the CLI
+    makes before it starts a run, so that plain ansible-playbook refuses the same inventories),
+    then vllm_fleet.validation.validate_inventory over every host's variables as the roles will
+    render them."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
+    from vllm_fleet.validation import files  # noqa: PLC0415
 
     try:
-        return validation.validate_inventory({h: _validated_vars(hostvars, h) for h in hostvars.keys()},
-                                             [str(h) for h in hosts])
+        problems = [p for source in sources or [] if Path(str(source)).exists()
+                    for p in files.file_problems(str(source))]
+        unrendered: dict[str, dict[str, str]] = {}
+        every = {h: _validated_vars(hostvars, h, unrendered.setdefault(str(h), {})) for h in hostvars.keys()}
+        return problems + validation.validate_inventory(every, [str(h) for h in hosts], unrendered=unrendered)
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
 
 
-def _validated_vars(hostvars, host):
-    """The variables of `host` that validation reads, as plain values."""
+#: The tags of playbooks/validate.yml's tasks; `always` makes any --tags run them.
+_VALIDATION_TAGS = {"always", "validate"}
+
+
+def fleet_validation_not_skipped(pattern):
+    """`pattern`, the validation play's hosts, unless the command line's task selection would skip
+    the validation of the inventory (--skip-tags always/validate, --start-at-task): then the run
+    stops before its first play. Templated by the play's `hosts:` in ansible-playbook's own
+    process, before any task (a task of any tag could itself be skipped)."""
+    from ansible import context  # noqa: PLC0415 - the command line of this ansible-playbook
+
+    args = context.CLIARGS or {}
+    skipped = sorted(_VALIDATION_TAGS & {str(t) for t in args.get("skip_tags") or ()})
+    why = ""
+    if skipped:
+        why = f"--skip-tags {','.join(skipped)}"
+    elif args.get("start_at_task"):
+        why = f"--start-at-task {args['start_at_task']!r}"
+    if why:
+        raise AnsibleFilterError(
+            f"{why} would skip the validation of the inventory, which every run makes before it touches a "
+            "host; accepted: --tags and --skip-tags of other tags, -l to choose hosts (validation is quick: "
+            "it contacts no host)")
+    return pattern
+
+
+def _validated_vars(hostvars, host, unrendered=None):
+    """The variables of `host` that validation reads, as plain values: rendered as the roles will
+    render them (templates, lookups, vault). A variable that cannot be rendered is left out and,
+    where `unrendered` is given, its error kept there by name (validation refuses it by name:
+    vllm_fleet.validation.render_problems); without it, the error is raised as before."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     hv = hostvars[host]
     wanted = set(validation.fleet_variables()) | set(validation.role_options()) | set(validation.CONNECTION_VARIABLES)
     names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
-    return {k: _plain(hv[k]) for k in names}
+    if unrendered is None:
+        return {k: _plain(hv[k]) for k in names}
+    out = {}
+    raw = _raw_vars(hostvars, host)
+    for k in names:
+        if "ansible_facts" in str(raw.get(k, "")):
+            # Validated now, used after the facts are gathered: what it becomes is never judged.
+            unrendered[k] = "its template reads ansible_facts, which are gathered after validation"
+            continue
+        try:
+            out[k] = _plain(hv[k])
+        except Exception as exc:  # noqa: BLE001 - whatever a template raises is the inventory's problem
+            message = " ".join(str(getattr(exc, "message", "") or exc).split())
+            missing = re.search(r"'([A-Za-z_][A-Za-z0-9_]*)' is undefined", message)
+            close = difflib.get_close_matches(missing.group(1), [str(n) for n in hv.keys()], n=1) if missing else []
+            unrendered[k] = message + (f" (did you mean {close[0]!r}?)" if close else "")
+    return out
+
+
+def _raw_vars(hostvars, host) -> dict:
+    """The host's variables as written (templates unrendered), or {} where Ansible cannot say."""
+    try:
+        return hostvars.raw_get(host)
+    except Exception:  # noqa: BLE001 - only for the facts rule: without it the values are still judged
+        return {}
 
 
 def fleet_inputs_digest(hostvars, host, groups=None):
@@ -343,6 +405,7 @@ class FilterModule:
     def filters(self):
         return {
             "fleet_inventory_problems": fleet_inventory_problems,
+            "fleet_validation_not_skipped": fleet_validation_not_skipped,
             "fleet_placeholder_checksums": fleet_placeholder_checksums,
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,

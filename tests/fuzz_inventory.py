@@ -391,6 +391,9 @@ class Generator:
                 self.add("numbers", host, path, bad)
             if isinstance(value, int) and not FRACTIONAL.search(key):
                 self.add("numbers", host, path, value + 0.5, note="a float for an integer")
+                self.add("numbers", host, path, float(value), note="a whole float for an integer")
+            self._number_forms(host, path, loose)
+
         # class by name
         if PORT_NAME.search(key):
             self._ports(host, path)
@@ -408,6 +411,14 @@ class Generator:
             self._names(host, path, value)
         if key == "fleet_service_user":
             self._accounts(host, path)
+
+    def _number_forms(self, host, path, loose=False):
+        """Every number's forms that no bound holds or no consumer means: NaN, the infinities and,
+        outside serve flags (where true is a switch), a boolean."""
+        for bad, what in ((float("nan"), "NaN"), (float("inf"), "infinity"), (float("-inf"), "minus infinity")):
+            self.add("numbers", host, path, bad, note=what)
+        if not loose:
+            self.add("wrong_type", host, path, True, note="a boolean for a number")
 
     def _ports(self, host, path):
         for bad in (22, 80, 0, 65536, -1):
@@ -480,10 +491,11 @@ class Generator:
         elif kind in ("int", "float"):
             for bad in ("8000", [1], None, {"a": 1}):
                 self.add("wrong_type", host, path, bad)
-            for bad in (-1, 0, 10**9) + ((1.5,) if kind == "int" else ()):
+            for bad in (-1, 0, 10**9) + ((1.5, 8000.0) if kind == "int" else ()):
                 if (bad, key) in LEGAL_NUMBERS or (bad, _suffix(key)) in LEGAL_NUMBERS:
                     continue
                 self.add("numbers", host, path, bad)
+            self._number_forms(host, path)
             if PORT_NAME.search(key):
                 self._ports(host, path)
         elif kind in ("str", "path", "raw"):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.validation import files as _inventory_files
+from vllm_fleet.validation import play_keywords as _play_keywords
 
 MASK = secrets_mod.MASK
 
@@ -534,9 +534,6 @@ def rollback(inventory, limit=None, extravars=None, **kwargs) -> RunResult:
     return run_playbook("playbooks/rollback.yml", inventory, limit=limit, extravars=extravars, **kwargs)
 
 
-_SERIAL = re.compile(r"^(?:[1-9][0-9]*|(?:[1-9][0-9]?|100)%)$")
-
-
 def rollout(inventory, limit=None, extravars=None, serial: int | str = 1, max_fail_percentage: int = 0,
             **kwargs) -> RunResult:
     """Apply the inventory's changes (site.yml) `serial` nodes at a time (a count or "N%"): each node
@@ -545,10 +542,11 @@ def rollout(inventory, limit=None, extravars=None, serial: int | str = 1, max_fa
     a batch failed (Ansible's rule; a batch whose nodes all failed always stops) no later batch
     starts. `result.rollout` says which nodes were reached, `result.releases` on which release each is."""
     serial = str(serial).strip()
-    if not _SERIAL.match(serial):
-        raise ValueError(f"serial {serial!r}: a number of nodes (1, 2, ...) or a percentage (1% to 100%)")
+    # The rules validation applies to the extra vars on every route (validation.play_keywords).
+    if _play_keywords.serial_problems(serial, "serial"):
+        raise ValueError(f"serial {serial!r}: {_play_keywords.SERIAL_ACCEPTED}")
     if isinstance(max_fail_percentage, bool) or not isinstance(max_fail_percentage, int) \
-            or not 0 <= max_fail_percentage <= 100:
+            or _play_keywords.max_fail_percentage_problems(max_fail_percentage):
         raise ValueError(f"max_fail_percentage {max_fail_percentage!r}: a whole number from 0 to 100")
     nodes = fleet_nodes(inventory, limit)
     rollout_vars = {"fleet_rollout_serial": int(serial) if serial.isdigit() else serial,

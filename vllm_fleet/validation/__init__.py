@@ -31,9 +31,10 @@ from __future__ import annotations
 from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
 from vllm_fleet.secrets import SECRET_NAME, secret_values
-from vllm_fleet.validation import accounts, formats, names, paths, ports, secrets, strings
+from vllm_fleet.validation import accounts, formats, names, paths, ports, secrets, strings, types
 from vllm_fleet.validation.matrix import placeholder_checksums
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
+from vllm_fleet.validation.play_keywords import play_keyword_problems
 from vllm_fleet.validation.roles import role_default, role_options, role_variable_problems
 from vllm_fleet.validation.router_hosts import router_problems
 from vllm_fleet.validation.schema import fleet_variables, host_document, property_problems, schema, schema_problems
@@ -62,6 +63,7 @@ def _class_problems(host_vars: dict) -> list[str]:
     """The rules by class of value, over every variable of the host (fleet_* and role variables;
     role variables' types and numbers: role_variable_problems, through types.py)."""
     problems = strings.control_character_problems(host_vars)
+    problems += types.non_finite_problems(host_vars)
     problems += paths.path_problems(host_vars)
     problems += secrets.secret_problems(host_vars)
     problems += accounts.account_problems(host_vars)
@@ -130,11 +132,29 @@ def validate_hosts(hosts: dict[str, dict], inventory: dict[str, dict] | None = N
     return problems
 
 
-def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list[str]:
+#: What a variable that cannot be rendered must be instead.
+RENDER_ACCEPTED = ("a value, or a template of variables defined for this host when validation runs (facts are "
+                   "gathered after it: a validated variable cannot depend on ansible_facts)")
+
+
+def render_problems(unrendered: dict[str, dict[str, str]], hosts: list[str]) -> list[str]:
+    """A variable of a host of the run that Ansible cannot render (an undefined variable, a
+    filter's error, a vault it cannot open) is a refusal naming host and variable: the roles
+    would fail on it halfway through a converge. `unrendered`: host -> variable -> the error."""
+    problems = []
+    for host in sorted(hosts):
+        for name, error in sorted((unrendered.get(host) or {}).items()):
+            problems.append(f"host {host}: {name} cannot be rendered: {error}; accepted: {RENDER_ACCEPTED}")
+    return problems
+
+
+def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str],
+                       unrendered: dict[str, dict[str, str]] | None = None) -> list[str]:
     """Every problem of the inventory for the hosts of a run, as sentences; [] if valid.
 
     `all_hosts`: every host of the inventory -> its variables (plain values); `run_hosts`: the
-    hosts of the run (after -l). Hosts of the router group alone are no fleet nodes (no
+    hosts of the run (after -l); `unrendered`: host -> variable -> why Ansible could not render
+    it (those variables are absent from `all_hosts`). Hosts of the router group alone are no fleet nodes (no
     accelerator, no models): only the router's rules apply to them, against every fleet node
     of the inventory (not only those of the run: `-l router` must still know what the fleet
     serves). Monitoring hosts alike; a fleet node may also be one. Every host of the run,
@@ -142,8 +162,11 @@ def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list
 
     Each node's served models are resolved once for the whole call (router.resolved_once).
     """
+    rendering = render_problems(unrendered or {}, run_hosts)
     with router.resolved_once():
-        return _validate_inventory(all_hosts, run_hosts)
+        problems = rendering + _validate_inventory(all_hosts, run_hosts)
+    every_secret = sorted({s for v in all_hosts.values() for s in secret_values(v)}, key=len, reverse=True)
+    return list(dict.fromkeys(mask_secrets(problems, every_secret))) if rendering else problems
 
 
 def _validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list[str]:
@@ -156,7 +179,9 @@ def _validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> lis
     monitors = {h: v for h, v in collected.items() if "monitoring" in _groups(v)}
     nodes = {h: v for h, v in collected.items() if "fleet" in _groups(v)}
     others = {h: v for h, v in collected.items() if h not in nodes}
-    problems = validate_hosts(nodes, fleet) if nodes else []
+    # Extra vars reach every host alike: the play keywords they feed are judged once.
+    problems = [f"extra var {p}" for p in play_keyword_problems(collected[min(collected)])]
+    problems += validate_hosts(nodes, fleet) if nodes else []
     for host in sorted(others):
         own = property_problems(host_document(others[host])) + role_variable_problems(others[host])
         problems += [f"host {host}: {p}"

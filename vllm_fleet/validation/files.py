@@ -324,7 +324,111 @@ def file_problems(inventory: str | os.PathLike) -> list[str]:
             problems.append(f"inventory file {rel}: cannot be read: {exc}")
             continue
         problems += text_problems(rel, text, vars_file=is_vars_file(path, root), source_suffix=path.suffix)
+    return problems + secret_reference_problems(root)
+
+
+# ------------------------------------------------------------------ secrets by reference
+
+_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.S)
+_IDENTIFIER = re.compile(r"(?<![.\w'\"])([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _clear_scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value).strip() != "" \
+        and "{{" not in str(value)
+
+
+def _variables(doc: Any, vars_file: bool):
+    """(name, value, mapping) of every variable a parsed inventory file defines: a vars file's
+    top-level keys, an inventory source's hosts' and groups' `vars:`."""
+    if not isinstance(doc, dict):
+        return
+    if vars_file:
+        for k, v in doc.items():
+            yield str(k), v, doc
+        return
+    for body in doc.values():
+        if not isinstance(body, dict):
+            continue
+        for section in ("vars", "hosts"):
+            inner = body.get(section)
+            if not isinstance(inner, dict):
+                continue
+            if section == "vars":
+                for k, v in inner.items():
+                    yield str(k), v, inner
+            else:
+                for host_vars in inner.values():
+                    if isinstance(host_vars, dict):
+                        for k, v in host_vars.items():
+                            yield str(k), v, host_vars
+        if isinstance(body.get("children"), dict):
+            yield from _variables(body["children"], False)
+
+
+def secret_reference_problems(inventory: str | os.PathLike) -> list[str]:
+    """A secret that names another variable (`fleet_serve_api_key: "{{ nv_serving }}"`) is judged by
+    what it names: the reference is the documented way to a vaulted value, and no better than the
+    value when that one is written in clear in the inventory. Followed through references of
+    references; a name the inventory's files do not define (given at run time: --secrets, -e) is
+    not the files' to judge."""
+    root = Path(inventory)
+    base = base_dir(root)
+    defined: dict[str, tuple[str, int | None, Any]] = {}
+    secrets: list[tuple[str, int | None, str, str]] = []
+    for path in inventory_files(root):
+        try:
+            text = path.read_text()
+            if text.lstrip().startswith(VAULT_HEADER):
+                continue
+            parsed = load(text)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # file_problems says so
+        rel = str(path.relative_to(base))
+        for doc in (d for d in parsed.docs if d is not None):
+            for name, value, mapping in _variables(doc, is_vars_file(path, root)):
+                defined.setdefault(name, (rel, parsed.line(mapping, name), value))
+                for where, leaf in _secret_templates(name, value, bool(SECRET_NAME.search(name))):
+                    secrets.append((rel, parsed.line(mapping, name), where, leaf))
+    problems = []
+    for rel, line, where, template in secrets:
+        clear = _clear_referent(template, defined, set())
+        if clear:
+            name, (other, other_line, _value) = clear, defined[clear]
+            problems.append(f"{_where(rel, line)}: {where} is a secret that names {name}, which is written in clear "
+                            f"at {_where(other, other_line)} (value not shown); accepted: {name} as `!vault` "
+                            "(ansible-vault encrypt_string), in a vault-encrypted file, or given at run time "
+                            "(vllm-fleet --secrets FILE, the API's secrets=)")
     return problems
+
+
+def _secret_templates(where: str, value: Any, inside: bool):
+    """(path, template) of every template string under a secret's name in `value`."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _secret_templates(f"{where}.{k}", v, inside or bool(SECRET_NAME.search(str(k))))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _secret_templates(f"{where}[{i}]", v, inside)
+    elif inside and isinstance(value, str) and "{{" in value:
+        yield where, value
+
+
+def _clear_referent(template: str, defined: dict, seen: set[str]) -> str | None:
+    """The first variable that `template` names, directly or through others, written in clear."""
+    for expression in _TEMPLATE.findall(template):
+        for name in _IDENTIFIER.findall(expression):
+            if name in seen or name not in defined:
+                continue
+            seen.add(name)
+            value = defined[name][2]
+            if _clear_scalar(value):
+                return name
+            if isinstance(value, str) and "{{" in value:
+                deeper = _clear_referent(value, defined, seen)
+                if deeper:
+                    return deeper
+    return None
 
 
 # ------------------------------------------------------------------ vault

@@ -4,6 +4,7 @@ with each vendor's version matrix from its role (roles/<vendor>/meta/matrix.sche
 from __future__ import annotations
 
 import difflib
+import math
 from functools import lru_cache
 
 import jsonschema
@@ -73,7 +74,12 @@ def _format_error(err: jsonschema.ValidationError) -> str:
         else:
             accepted = err.message
     hint = ""
-    if isinstance(err.instance, float) and "string" in str(sch.get("type", "")) + str(accepted):
+    if isinstance(err.instance, float) and not math.isfinite(err.instance):
+        hint = " (NaN and infinity are no numbers: no bound can hold them)"
+    elif isinstance(err.instance, float) and err.validator == "type" and "integer" in str(sch.get("type", "")):
+        hint = (f" (a whole number without a decimal point: write {int(err.instance)}"
+                if err.instance.is_integer() else " (a whole number") + ")"
+    elif isinstance(err.instance, float) and "string" in str(sch.get("type", "")) + str(accepted):
         hint = " (YAML read it as a number: put it in quotes)"
     elif isinstance(err.instance, str) and err.validator == "type" and _numeric(err.instance):
         hint = (" (extra vars given as -e key=value are strings: pass numbers as JSON, "
@@ -91,9 +97,29 @@ def _lookup_description(err: jsonschema.ValidationError, key: str) -> str | None
     return sub.get("description")
 
 
+def _is_integer(_checker, value) -> bool:
+    # JSON Schema counts 9001.0 as an integer; every consumer here (the port registry, a unit's
+    # `--port 9001.0`, Ansible's range()) takes it as a float or refuses it: whole numbers are ints.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(_checker, value) -> bool:
+    # NaN passes every bound (its comparisons are all false) and infinity every minimum: no
+    # consumer means either, so neither is a number here.
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and math.isfinite(value))
+
+
+#: Draft 2020-12 with exact numbers: an integer is an int (not 9001.0), a number is finite.
+ExactValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_number}))
+
+
 @lru_cache(maxsize=1)
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(schema())
+def _validator() -> jsonschema.protocols.Validator:
+    return ExactValidator(schema())
 
 
 def schema_problems(doc: dict) -> list[str]:
@@ -108,11 +134,11 @@ def schema_problems(doc: dict) -> list[str]:
     return problems
 
 @lru_cache(maxsize=1)
-def _property_validator() -> jsonschema.Draft202012Validator:
+def _property_validator() -> jsonschema.protocols.Validator:
     """The schema's properties without what a fleet node must have (required, the vendor's
     matrix): for hosts that are no fleet node, whatever fleet_* they set is still typed."""
     doc = {k: v for k, v in schema().items() if k not in ("required", "allOf")}
-    return jsonschema.Draft202012Validator(doc)
+    return ExactValidator(doc)
 
 
 def property_problems(doc: dict) -> list[str]:

@@ -12,12 +12,13 @@ derived: vllm_fleet.validation.ports and vllm_fleet.models.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from vllm_fleet.role_specs import role_options
 from vllm_fleet.secrets import SECRET_NAME, mask_text
-from vllm_fleet.validation.problem import Problem, _describe, _masked
+from vllm_fleet.validation.problem import Problem, _describe, _masked, leaves
 from vllm_fleet.validation.schema import schema
 
 #: The largest integer any consumer (HAProxy, systemd, Prometheus, 32-bit C) takes safely.
@@ -41,6 +42,18 @@ _PYTHON_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (
                  "list": (list,), "dict": (dict,)}
 _WORDS = {"bool": "true or false, unquoted", "int": "a whole number, unquoted", "float": "a number, unquoted",
           "str": "a string", "path": "a path (a string)", "list": "a list", "dict": "a mapping"}
+
+
+NON_FINITE_ACCEPTED = "a finite number (NaN and infinity pass no bound: .nan, .inf and their kin are refused everywhere)"
+
+
+def non_finite_problems(host_vars: dict) -> list[str]:
+    """Every NaN or infinity at any depth of any variable validation reads, whatever its name or
+    spec: comparisons with NaN are all false, so a bound such as `size_gb > 0` or preflight's free
+    disk check would pass it, and no consumer (vLLM's parser, systemd, HAProxy) means either."""
+    return [str(Problem(path, value, "is not a finite number", NON_FINITE_ACCEPTED))
+            for path, value in leaves(host_vars)
+            if isinstance(value, float) and not math.isfinite(value) and not (path and path[-1] is None)]
 
 
 def number_range(name: str) -> tuple[float, float, bool, str]:
