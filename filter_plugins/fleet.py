@@ -344,6 +344,18 @@ def fleet_units_to_start(show_output):
     return state.units_to_start(show_output)
 
 
+def fleet_leftover_units(installed, served, fleet_models, prune=False, program="vllm"):
+    """{remove, orphaned}: the installed units (paths) that are not `served` (unit names), by
+    vllm_fleet.state.leftover_units; listed: the `program` units of every model of `fleet_models`
+    (the node's inventory, disabled and absent ones included)."""
+    try:
+        listed = [models.unit_name(str(m["name"]), program) for m in _plain(fleet_models or [])
+                  if isinstance(m, dict) and "name" in m]
+        return state.leftover_units([str(u) for u in installed], [str(u) for u in served], listed, bool(prune))
+    except Exception as exc:
+        raise AnsibleFilterError(f"fleet_leftover_units: {exc}") from exc
+
+
 def fleet_install_action(row, upgrade="upgrade", fresh="install"):
     """What to do about one row of fleet_versions: 'none', `upgrade` or `fresh`."""
     if not isinstance(row, dict) and not hasattr(row, "items"):
@@ -434,6 +446,7 @@ class FilterModule:
             "fleet_units_to_start": fleet_units_to_start,
             "fleet_inputs_digest": fleet_inputs_digest,
             "fleet_install_action": fleet_install_action,
+            "fleet_leftover_units": fleet_leftover_units,
             "fleet_doctor_row": fleet_doctor_row,
             "fleet_doctor_mismatch": fleet_doctor_mismatch,
             "fleet_release_id": fleet_release_id,

@@ -101,6 +101,9 @@ class RunResult:
     task_durations: dict[str, float] = field(default_factory=dict)
     #: Per host, in check mode: what a real run would first create, where the preview stopped.
     check_stopped: dict[str, str] = field(default_factory=dict)
+    #: Per host, the units left running although the inventory no longer lists their models
+    #: (removed only with `state: absent` or fleet_prune: roles/vllm_service, roles/ray_cluster).
+    orphaned: dict[str, list[str]] = field(default_factory=dict)
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
     #: Per host whose release was read: {from, to, installed} (roles/fleet_release); from == to
@@ -159,6 +162,7 @@ class RunResult:
             "failures": [f.__dict__ for f in self.failures],
             "invalid_inventory": self.invalid_inventory, "invalid_hosts": self.invalid_hosts, "problems": self.problems,
             "check_stopped": dict(sorted(self.check_stopped.items())),
+            "orphaned": dict(sorted(self.orphaned.items())),
             "components": dict(sorted(self.components.items())),
             "releases": dict(sorted(self.releases.items())),
             "rollout": self.rollout,
@@ -195,6 +199,9 @@ class RunResult:
                             if self.rollout['not_reached'] else ""))
         for host, reason in sorted(self.check_stopped.items()):
             lines.append(f"{host}: check mode stopped previewing: {reason} (a real run does it first)")
+        for host, units in sorted(self.orphaned.items()):
+            lines.append(f"{host}: orphaned, left running: {', '.join(units)} (the inventory no longer lists their "
+                         "models; `state: absent` or --prune removes them)")
         if self.artifacts_dir:
             lines.append(f"artifacts: {self.artifacts_dir}")
         return "\n".join(lines)
@@ -255,6 +262,10 @@ def scrub_tree(root: Path, secrets: Iterable[str]) -> None:
 
 # ------------------------------------------------------------------ events -> result
 
+#: The facts in which roles/vllm_service and roles/ray_cluster say which units they left running.
+ORPHANED_FACTS = ("vllm_service_orphaned_units", "ray_cluster_orphaned_units")
+
+
 class _Collector:
     """Turns ansible-runner events into a RunResult as they arrive."""
 
@@ -266,6 +277,7 @@ class _Collector:
         self.problems: list[str] = []
         self.task_durations: dict[str, float] = {}
         self.check_stopped: dict[str, str] = {}
+        self.orphaned: dict[str, list[str]] = {}
         self.components: dict[str, list[dict]] = {}
         self.releases: dict[str, dict] = {}
         self.rollout_reached: list[str] = []
@@ -296,6 +308,10 @@ class _Collector:
             facts = (data.get("res") or {}).get("ansible_facts") or {}
             if kind == "runner_on_ok" and "fleet_check_mode_stopped" in facts:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
+            for name in ORPHANED_FACTS:
+                if kind == "runner_on_ok" and isinstance(facts.get(name), list):
+                    host = data.get("host", "?")
+                    self.orphaned[host] = sorted(set(self.orphaned.get(host, [])) | set(map(str, facts[name])))
             if kind == "runner_on_ok" and isinstance(facts.get("doctor_report"), list):
                 self.components[data.get("host", "?")] = facts["doctor_report"]
             if (kind == "runner_on_ok" and "fleet_rollout_turn" in facts
@@ -348,7 +364,7 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      artifacts_dir=artifacts_dir, task_durations=collector.task_durations,
-                     check_stopped=collector.check_stopped,
+                     check_stopped=collector.check_stopped, orphaned=collector.orphaned,
                      components=collector.components, releases=collector.releases)
 
 
@@ -506,20 +522,23 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                      rc=runner.rc, hosts=collector.hosts(), failures=failures, problems=problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
                      task_durations=collector.task_durations, check_stopped=collector.check_stopped,
+                     orphaned=collector.orphaned,
                      components=collector.components, releases=collector.releases,
                      rollout=({**rollout, "reached": collector.rollout_reached,
                                "not_reached": [h for h in rollout["nodes"] if h not in collector.rollout_reached]}
                               if rollout is not None else None))
 
 
-def provision(inventory, limit=None, extravars=None, check=False, full=False, **kwargs) -> RunResult:
+def provision(inventory, limit=None, extravars=None, check=False, full=False, prune=False, **kwargs) -> RunResult:
     """Provision the inventory's nodes with site.yml (all stages, or `limit`).
 
     A node still as its last converge left it, with the same inputs, skips its steps after one
     read of its state (playbooks/tasks/converge-node.yml); `full` sends every node through
-    them (the extra var fleet_full).
+    them (the extra var fleet_full). `prune` (fleet_prune) also removes the units of models the
+    inventory no longer lists, which a run otherwise leaves running and reports (`result.orphaned`).
     """
-    extravars = {**(extravars or {}), **({"fleet_full": True} if full else {})}
+    extravars = {**(extravars or {}), **({"fleet_full": True} if full else {}),
+                 **({"fleet_prune": True} if prune else {})}
     return run_playbook("site.yml", inventory, limit=limit, extravars=extravars, check=check, **kwargs)
 
 

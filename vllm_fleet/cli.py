@@ -1,6 +1,6 @@
 """The `vllm-fleet` command line.
 
-    vllm-fleet provision [-i INVENTORY] [-l GROUP] [--check] [--full] [-e VARS] [--secrets FILE] [--json]
+    vllm-fleet provision [-i INVENTORY] [-l GROUP] [--check] [--full] [--prune] [-e VARS] [--secrets FILE] [--json]
     vllm-fleet plan      [-i INVENTORY] -o DIR [-l GROUP] [--json]
     vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
     vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
@@ -171,7 +171,7 @@ def cmd_run(args) -> int:
         kwargs["private_data_dir"] = args.private_data_dir
     try:
         if args.command == "provision":
-            result = api.provision(inventory, check=args.check, full=args.full, **kwargs)
+            result = api.provision(inventory, check=args.check, full=args.full, prune=args.prune, **kwargs)
         elif args.command == "doctor":
             result = api.doctor(inventory, **kwargs)
         elif args.command == "rollback":
@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_options(p, check=True)
     p.add_argument("--full", action="store_true",
                    help="every node takes its full converge, even one still as its last converge left it")
+    p.add_argument("--prune", action="store_true",
+                   help="also remove the units of models the inventory no longer lists (without it they keep "
+                        "running and are reported as orphaned)")
     p.add_argument("--private-data-dir", help="ansible-runner's directory (default: a new temporary one)")
     p.set_defaults(func=cmd_run)
     for name, help_text in (("doctor", "compare installed versions with the matrix"),

@@ -41,9 +41,10 @@ from vllm_fleet import inventory as inventory_reader
 from vllm_fleet import router, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.inventory import HOST_KEYS
-from vllm_fleet.models import host_engine_api_key
+from vllm_fleet.models import host_engine_api_key, unit_name
 from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
 from vllm_fleet.secrets import secret_values as all_secret_values
+from vllm_fleet.state import leftover_units
 
 #: vLLM's Prometheus names (docs.vllm.ai, "Production Metrics"). KV cache usage was
 #: vllm:gpu_cache_usage_perc before the V1 engine's vllm:kv_cache_usage_perc.
@@ -57,6 +58,12 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "StateChangeTimestampMonotonic", "NRestarts")
 
 _MARK = "=== vllm-fleet-status "
+#: The first line of every unit roles/vllm_service and roles/ray_cluster install (their
+#: `_<role>_marker` starts with it, tests/unit/test_live_status.py checks): how status tells
+#: vllm-fleet's units from any other on the node.
+MANAGED = "# Managed by vllm-fleet"
+#: Where those units are, by the glob of their names (models.unit_name: vllm-<model>, ray-<model>).
+MANAGED_UNITS = ("/etc/systemd/system/vllm-*.service", "/etc/systemd/system/ray-*.service")
 
 
 # ------------------------------------------------------------------ results
@@ -115,6 +122,11 @@ class NodeStatus:
     device_health: str = "unknown"
     devices: list[dict] = field(default_factory=list)
     smi_error: str = ""
+    #: vllm-fleet's units on the node (by their first line, MANAGED) -> systemctl is-active.
+    installed: dict[str, str] = field(default_factory=dict)
+    #: Of those, the units of models the inventory no longer lists for the node (left running by
+    #: a converge without --prune) -> their state.
+    orphaned: dict[str, str] = field(default_factory=dict)
     #: Per unit, the HTTP reads the node made for models only it reaches (NODE_READER).
     http: dict[str, dict] = field(default_factory=dict)
     http_error: str = ""
@@ -160,7 +172,8 @@ class StatusResult:
                 "inventory_s": round(self.inventory_s, 2), "read_at": self.read_at, "exit_code": self.exit_code,
                 "ok": self.ok, "rows": [r.to_dict() for r in self.rows],
                 "nodes": {n: {"reachable": s.reachable, "error": s.error, "vendor": s.vendor,
-                              "device_health": s.device_health, "devices": s.devices, "smi_error": s.smi_error}
+                              "device_health": s.device_health, "devices": s.devices, "smi_error": s.smi_error,
+                              "orphaned": s.orphaned}
                           for n, s in sorted(self.nodes.items())},
                 "down": [f"{r.node}/{r.model}" for r in self.down], "unreachable_nodes": self.unreachable_nodes}
 
@@ -211,6 +224,10 @@ def table(result: StatusResult) -> list[str]:
     for node, s in sorted(result.nodes.items()):
         if s.reachable and s.smi_error:
             out.append(f"{node}: device health unknown: {s.smi_error}")
+        if s.orphaned:
+            out.append(f"{node}: orphaned (the inventory no longer lists their models; `state: absent` or "
+                       "provision --prune removes them): "
+                       + ", ".join(f"{u} ({state})" for u, state in s.orphaned.items()))
     for r in result.rows:
         if r.quarantined:
             out.append(f"{r.node}/{r.model}: quarantined (no new request from the routers): {r.quarantined}")
@@ -338,9 +355,14 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
              # together; without python3, /proc/uptime (boot time: the same unless the node slept).
              "python3 -c 'import time; print(time.time(), time.monotonic())' 2>/dev/null"
              " || echo \"$(date +%s) $(cut -d' ' -f1 /proc/uptime)\"",
-             f"echo '{_MARK}units'",
-             "systemctl show --property=" + ",".join(UNIT_PROPERTIES) + " -- "
-             + " ".join(shlex.quote(u) for u in units)]
+             # vllm-fleet's units on the node, whatever the inventory says (orphans: status()).
+             f"echo '{_MARK}installed'",
+             f"for f in {' '.join(MANAGED_UNITS)}; do [ -f \"$f\" ] && grep -q {shlex.quote('^' + MANAGED)} \"$f\" "
+             "&& u=${f##*/} && echo \"${u%.service} $(systemctl is-active \"$u\")\"; done"]
+    if units:
+        lines += [f"echo '{_MARK}units'",
+                  "systemctl show --property=" + ",".join(UNIT_PROPERTIES) + " -- "
+                  + " ".join(shlex.quote(u) for u in units)]
     accel = _accel()
     spec = accel.VENDORS.get(vendor or "")
     if spec and spec.get("parser"):
@@ -387,6 +409,10 @@ def parse_node_output(node: str, vendor: str | None, text: str) -> NodeStatus:
     now = _float(clock[0]) if clock else None
     monotonic = _float(clock[1]) if len(clock) > 1 else None
     mono_us = int(monotonic * 1e6) if monotonic is not None else None
+    for line in sections.get("installed", []):
+        unit, _, state = line.strip().partition(" ")
+        if unit:
+            status.installed[unit] = state or "unknown"
     for unit, props in parse_units("\n".join(sections.get("units", []))).items():
         props["_since"] = unit_since(props, mono_us, now)
         status.units[unit] = props
@@ -510,8 +536,8 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
     def node_job(host):
         mine = [r for r in rows if r.node == host]
         checks = [{"unit": r.unit, "url": r.url, "key": keys[id(r)]} for r in mine if r.via == "ssh"]
-        result = read_node(host, hosts[host], [f"{r.unit}.service" for r in mine], timeout, checks, window) \
-            if mine else NodeStatus(node=host, reachable=True)
+        # Every node is read, one without models too: its units may be orphans.
+        result = read_node(host, hosts[host], [f"{r.unit}.service" for r in mine], timeout, checks, window)
         with lock:
             nodes[host] = result
 
@@ -535,6 +561,8 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
         for future in [pool.submit(fn, arg) for fn, arg in jobs]:
             future.result()
 
+    for host, node in nodes.items():
+        node.orphaned = orphaned_units(node.installed, hosts[host].get("fleet_models"))
     for row in rows:
         node = nodes.get(row.node)
         if row.via == "ssh":
@@ -563,6 +591,15 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
         node.http_error = scrub(node.http_error, secret_values)
         node.http = {}  # raw reads, already in the rows
     return result
+
+
+def orphaned_units(installed: dict[str, str], fleet_models) -> dict[str, str]:
+    """The installed units (unit -> state) whose model the node's inventory no longer lists
+    (vllm_fleet.state.leftover_units says the same to a converge)."""
+    names = [str(m["name"]) for m in fleet_models or [] if isinstance(m, dict) and "name" in m]
+    listed = {unit_name(n, program) for n in names for program in ("vllm", "ray")}
+    orphaned = set(leftover_units(list(installed), [], list(listed))["orphaned"])
+    return {u: s for u, s in sorted(installed.items()) if u in orphaned}
 
 
 def apply_reads(row: ModelStatus, reads: dict) -> None:

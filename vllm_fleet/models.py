@@ -40,6 +40,11 @@ DEFAULT_LISTEN = "127.0.0.1"
 WILDCARDS = frozenset(["", "0.0.0.0", "::", "[::]", "*"])
 
 
+def unit_name(model: str, program: str = "vllm") -> str:
+    """The systemd unit (without .service) of a model's engine ("vllm") or of its Ray member ("ray")."""
+    return f"{program}-{model}"
+
+
 def url_host(address: str) -> str:
     """An address as a URL's host: IPv6 in brackets."""
     address = str(address).strip("[]")
@@ -239,7 +244,7 @@ def _span(model: dict, serve: dict, host: str | None, where: str, problems: list
     serve["distributed_executor_backend"] = "ray"
     role = None if host is None else ("head" if host == head else "worker")
     port = span.get("port", DEFAULT_RAY_PORT)
-    return {"nodes": nodes, "head": head, "port": port, "role": role, "unit": f"ray-{name}"}
+    return {"nodes": nodes, "head": head, "port": port, "role": role, "unit": unit_name(name, "ray")}
 
 
 def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) -> list[dict]:
@@ -284,8 +289,8 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
     declared (role None), as validation reads a group's models.
 
     Problems are sentences naming the model, the field, the value and what is
-    accepted; the caller adds the host name. Models with `enabled: false` are
-    resolved (so they stay valid) but get no port or devices.
+    accepted; the caller adds the host name. Models with `enabled: false` (or `state:
+    absent`) are resolved (so they stay valid) but get no port or devices.
     """
     accelerator = accelerator or {}
     vendor = accelerator.get("vendor")
@@ -361,8 +366,9 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
         resolved.append({
             "name": name,
             "kind": kind,
-            "unit": f"vllm-{name}",
-            "enabled": model.get("enabled", True),
+            "unit": unit_name(name),
+            # `state: absent` says what `enabled: false` says: not served here, its unit removed.
+            "enabled": model.get("enabled", True) if model.get("state", "present") != "absent" else False,
             "path": model.get("path"),
             "source": model.get("source") or {"type": "path"},
             "size_gb": model.get("size_gb"),

@@ -3,6 +3,8 @@
 - :func:`units_to_start`: which units `systemctl show` reports as not enabled or not running;
 - :func:`inputs_digest`: what a node's converge reads on the controller, as one digest
   (``library/fleet_state.py`` keeps it with the node's state);
+- :func:`leftover_units`: which installed units no model of the inventory serves are removed,
+  and which are left serving as orphans;
 - :func:`install_action`: what an installer must do about one row of
   ``library/fleet_versions.py``, the module doctor uses, so that an install role and
   doctor can never disagree about "is this version installed".
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import PurePosixPath
 
 
 def units_to_start(show_output: str) -> list[str]:
@@ -28,6 +31,19 @@ def units_to_start(show_output: str) -> list[str]:
         if props.get("UnitFileState") != "enabled" or props.get("ActiveState") != "active":
             wanted.append(props["Id"])
     return wanted
+
+
+def leftover_units(installed: list[str], served: list[str], listed: list[str], prune: bool = False) -> dict:
+    """What becomes of the units vllm-fleet installed on a node (`installed`: unit names, or their
+    paths) that it does not serve (`served`): those of a model the inventory still lists for the
+    node (`listed`: disabled, `state: absent`, or no longer this node's span) are removed; those
+    of a model it no longer lists are removed only with `prune` and otherwise left serving and
+    reported, never destroyed because a line went missing (a second `fleet_models:` key, a file
+    of the wrong group, a typo). {"remove": [...], "orphaned": [...]}, each sorted."""
+    names = {PurePosixPath(str(u)).name.removesuffix(".service") for u in installed}
+    leftover = names - set(served)
+    orphaned = set() if prune else leftover - set(listed)
+    return {"remove": sorted(leftover - orphaned), "orphaned": sorted(orphaned)}
 
 
 def install_action(row: dict, upgrade: str = "upgrade", fresh: str = "install") -> str:
@@ -58,7 +74,7 @@ def driver_mismatch(row: dict) -> str:
 # validation's strictness, a rollout's turn; role variables carry their role's name as prefix),
 # the rollout's batches, and --full.
 RUN_ROLES = ("report", "doctor", "validate_inventory", "fleet_rollout")
-RUN_ONLY = ("fleet_full", "fleet_check_mode_stopped")
+RUN_ONLY = ("fleet_full", "fleet_prune", "fleet_check_mode_stopped")
 RUN_ONLY_PREFIXES = tuple(f"{role}_" for role in RUN_ROLES)
 # Where Ansible reaches a node from is not what the node is (two controllers may differ).
 CONNECTION_ONLY = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_user", "remote_user",
