@@ -14,6 +14,50 @@ from typing import Any
 #: Ray's resource for the vendor's devices when the contract names none.
 DEFAULT_RESOURCE = "GPU"
 
+# What `ray start` listens on besides the head's port, at Ray's own defaults (ray/scripts/scripts.py,
+# ray/_private/ray_constants.py). Ray binds its gRPC servers on every address of the node, so
+# the port registry (vllm_fleet/validation/ports.py) holds these against every listener of the
+# node, whatever its address.
+#: The ports Ray's worker processes bind, first and last: `ray start --min/--max-worker-port`,
+#: given explicitly (span.worker_ports moves them).
+RAY_WORKER_PORTS = (10002, 19999)
+#: The head's Ray client server (with ray[client]) and every member's dashboard agent (with ray[default]).
+RAY_CLIENT_SERVER_PORT = 10001
+RAY_DASHBOARD_AGENT_PORT = 52365
+#: `ray start` options that vllm-fleet sets, or that would undo one of its rules (bound to the
+#: cluster address, the dashboard off, the worker ports the registry holds, the session under the
+#: service user's home, in the foreground for systemd): ray_cluster_start_options cannot give them.
+RAY_GOVERNED_OPTIONS = ("--head", "--address", "--port", "--node-ip-address", "--include-dashboard",
+                        "--dashboard-host", "--dashboard-port", "--dashboard-agent-listen-port",
+                        "--ray-client-server-port", "--min-worker-port", "--max-worker-port", "--worker-port-list",
+                        "--temp-dir", "--block", "--disable-usage-stats", "--num-gpus", "--resources",
+                        "--redis-password", "--gcs-server-port")
+
+
+def worker_ports(span: dict) -> tuple[int, int]:
+    """The span's worker port range (first, last), Ray's default unless span.worker_ports moves it."""
+    given = span.get("worker_ports")
+    if isinstance(given, list) and len(given) == 2 and all(isinstance(p, int) and not isinstance(p, bool)
+                                                           for p in given):
+        return given[0], given[1]
+    return RAY_WORKER_PORTS
+
+
+def ray_listeners(span: dict, role: str) -> list[tuple[str, int, int]]:
+    """(what, first port, last port) of what a member's `ray start` listens on, its head's port
+    aside (the registry holds that one on the head's cluster address)."""
+    first, last = worker_ports(span)
+    out = [("Ray's worker processes", first, last),
+           ("Ray's dashboard agent (with ray[default])", RAY_DASHBOARD_AGENT_PORT, RAY_DASHBOARD_AGENT_PORT)]
+    if role == "head":
+        out.append(("Ray's client server (with ray[client])", RAY_CLIENT_SERVER_PORT, RAY_CLIENT_SERVER_PORT))
+    return out
+
+
+def governed_options(options: list) -> list[str]:
+    """The `ray start` options of `options` that RAY_GOVERNED_OPTIONS keeps to vllm-fleet."""
+    return [str(o) for o in options if isinstance(o, str) and o.split("=", 1)[0].strip() in RAY_GOVERNED_OPTIONS]
+
 
 def cluster_address(host: str, host_vars: dict) -> str:
     """The address a node's Ray member binds and the other members reach it at:
@@ -57,6 +101,8 @@ def ray_start_argv(model: dict, ray: str, *, address: str, head_address: str, re
         argv += ["--head", f"--port={span['port']}", "--include-dashboard=false"]
     else:
         argv += [f"--address={head_address}:{span['port']}"]
+    first, last = worker_ports(span)
+    argv += [f"--min-worker-port={first}", f"--max-worker-port={last}"]
     if resource == "GPU":
         argv.append(f"--num-gpus={devices}")
     else:

@@ -244,7 +244,14 @@ def _span(model: dict, serve: dict, host: str | None, where: str, problems: list
     serve["distributed_executor_backend"] = "ray"
     role = None if host is None else ("head" if host == head else "worker")
     port = span.get("port", DEFAULT_RAY_PORT)
-    return {"nodes": nodes, "head": head, "port": port, "role": role, "unit": unit_name(name, "ray")}
+    resolved = {"nodes": nodes, "head": head, "port": port, "role": role, "unit": unit_name(name, "ray")}
+    first_last = span.get("worker_ports")
+    if isinstance(first_last, list) and len(first_last) == 2:
+        if isinstance(first_last[0], int) and isinstance(first_last[1], int) and first_last[0] > first_last[1]:
+            problems.append(f"model {name}: span.worker_ports = {first_last}: the first port is above the last; "
+                            "accepted: [first, last] with first <= last, e.g. [10002, 19999]")
+        resolved["worker_ports"] = list(first_last)
+    return resolved
 
 
 def _lora_adapters(model: dict, serve: dict, where: str, problems: list[str]) -> list[dict]:

@@ -223,7 +223,9 @@ def test_ray_start_of_head_and_worker(fleet):
     head = ray_start_argv(member(fleet, "nvidia-01"), "/v/bin/ray", address="10.0.0.1", head_address="10.0.0.1",
                           resource="GPU", temp_dir="/h/ray/6379")
     assert head == ["/v/bin/ray", "start", "--block", "--node-ip-address=10.0.0.1", "--disable-usage-stats",
-                    "--temp-dir=/h/ray/6379", "--head", "--port=6379", "--include-dashboard=false", "--num-gpus=2"]
+                    "--temp-dir=/h/ray/6379", "--head", "--port=6379", "--include-dashboard=false",
+                    # Ray's own worker ports, given explicitly: the port registry holds them.
+                    "--min-worker-port=10002", "--max-worker-port=19999", "--num-gpus=2"]
     worker = ray_start_argv(member(fleet, "nvidia-02"), "/v/bin/ray", address="10.0.0.2", head_address="10.0.0.1",
                             resource="NPU", temp_dir="/h/ray/6379", num_cpus=2, object_store_bytes=80_000_000)
     assert "--address=10.0.0.1:6379" in worker and "--head" not in worker

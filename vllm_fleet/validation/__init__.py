@@ -16,6 +16,10 @@ module per class, each applied to every variable of its class wherever it sits:
 - names (names.py): model, served and unit names of a safe character set and length;
 - formats (formats.py): addresses, durations, file modes and URLs that HAProxy, Prometheus
   and systemd parse;
+- pass-through options (passthrough.py): option lists handed to `ray start` and `docker run`
+  add to what vllm-fleet renders, never undo a rule (privileges, network, ports, dashboard);
+- play keywords (play_keywords.py): the extra vars a rollout's `serial` and
+  `max_fail_percentage` are templated from, in every form Ansible takes;
 
 - inventory files (files.py): a file Ansible would forgive (no host in the run, a vars file
   that is no mapping, a key given twice, a vault it cannot open), checked before a run starts;
@@ -31,7 +35,7 @@ from __future__ import annotations
 from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
 from vllm_fleet.secrets import SECRET_NAME, secret_values
-from vllm_fleet.validation import accounts, formats, names, paths, ports, secrets, strings, types
+from vllm_fleet.validation import accounts, formats, names, passthrough, paths, ports, secrets, strings, types
 from vllm_fleet.validation.matrix import placeholder_checksums
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.play_keywords import play_keyword_problems
@@ -70,6 +74,7 @@ def _class_problems(host_vars: dict) -> list[str]:
     problems += names.name_problems(host_vars)
     problems += ports.connection_problems(host_vars)
     problems += formats.format_problems(host_vars)
+    problems += passthrough.passthrough_problems(host_vars)
     return problems
 
 

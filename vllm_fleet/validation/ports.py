@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from vllm_fleet import monitoring, router
-from vllm_fleet.cluster import cluster_address
+from vllm_fleet.cluster import cluster_address, ray_listeners
 from vllm_fleet.models import DEFAULT_RAY_PORT
 from vllm_fleet.role_specs import role_default
 from vllm_fleet.validation.problem import Problem
@@ -174,7 +174,9 @@ def listener_problems(all_hosts: dict[str, dict], run_hosts: list[str],
     run = set(run_hosts)
     problems: list[str] = []
     taken: dict[tuple[str, int], Claim] = {}
-    for claim in claims(all_hosts, resolved):
+    every = claims(all_hosts, resolved)
+    problems += ray_listener_problems(all_hosts, run, every)
+    for claim in every:
         ssh = ssh_port(all_hosts[claim.host])
         key = (claim.address, claim.port)
         holder = taken.get(key)
@@ -193,6 +195,40 @@ def listener_problems(all_hosts: dict[str, dict], run_hosts: list[str],
         if claim.host in run or holder.host in run:
             problems.append(f"host {claim.host}: {claim.where}: port {claim.port} on address {claim.address} is "
                             f"already {holder.who}; accepted: a port nothing else on that address listens on")
+    return problems
+
+
+def _spans_of(host: str, host_vars: dict):
+    """(model name, span, role) of every enabled spanning model `host` is a member of."""
+    for m in host_vars.get("fleet_models") or []:
+        span = m.get("span") if isinstance(m, dict) else None
+        if not isinstance(span, dict) or m.get("enabled", True) is False or m.get("state") == "absent":
+            continue
+        nodes = [str(n) for n in span.get("nodes") or []] if isinstance(span.get("nodes"), list) else []
+        if host in nodes:
+            yield str(m.get("name")), span, "head" if str(span.get("head", "")) == host else "worker"
+
+
+def ray_listener_problems(all_hosts: dict[str, dict], run: set[str], every: list[Claim]) -> list[str]:
+    """What a span's `ray start` listens on besides its head's port (vllm_fleet.cluster.ray_listeners:
+    its workers' port range, the client server, the dashboard agent) is held on every address of
+    each member, as Ray binds it: any other listener of the member in one of those ranges would
+    find its port taken by Ray (a model then fails to bind at start)."""
+    problems = []
+    fleet = sorted(h for h, v in all_hosts.items() if "fleet" in _groups(v))
+    for host in fleet:
+        if host not in run:
+            continue
+        mine = [c for c in every if c.host == host and not c.ssh]
+        for name, span, role in _spans_of(host, all_hosts[host]):
+            for what, first, last in ray_listeners(span, role):
+                where = f"{first}-{last}" if first != last else str(first)
+                for claim in mine:
+                    if first <= claim.port <= last:
+                        problems.append(f"host {host}: {claim.where}: port {claim.port} is where {what} of model "
+                                        f"{name} listen on this node ({where}, every address); accepted: a port "
+                                        "outside it" + (", or span.worker_ports moved off it"
+                                                        if "worker" in what else ""))
     return problems
 
 
