@@ -220,14 +220,24 @@ def fleet_router_routes(hostvars, node):
         raise AnsibleFilterError(f"fleet_router_routes: {exc}") from exc
 
 
-def fleet_placeholder_checksums(hostvars, hosts):
-    """Sorted, unique `fleet_matrix...` paths that still carry a placeholder sha256."""
+def fleet_inventory_report(hostvars, hosts, sources=None, strict=False, checksums=False):
+    """{problems, warnings} of the inventory for `hosts`: fleet_inventory_problems', then the
+    precedence surprises of its files (vllm_fleet.validation.inventory_warnings) and the matrix's
+    placeholder checksums, each a warning, or a problem with `strict` (`checksums`)."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
-    found = set()
-    for host in hosts:
-        found.update(validation.placeholder_checksums(_plain(hostvars[host].get("fleet_matrix") or {})))
-    return sorted(found)
+    problems = fleet_inventory_problems(hostvars, hosts, sources)
+    try:
+        surprises = validation.inventory_warnings([str(s) for s in sources or [] if Path(str(s)).exists()])
+        found = set()
+        for host in hosts:
+            found.update(validation.placeholder_checksums(_plain(hostvars[host].get("fleet_matrix") or {})))
+    except Exception as exc:  # a bug here must name the filter, not look like an inventory error
+        raise AnsibleFilterError(f"fleet_inventory_report: {exc}") from exc
+    placeholders = [f"{', '.join(sorted(found))} carry placeholder sha256 values; downloads will fail their checksum "
+                    "until you set the published ones"] if found else []
+    return {"problems": problems + (surprises if strict else []) + (placeholders if checksums else []),
+            "warnings": (surprises if not strict else []) + (placeholders if not checksums else [])}
 
 
 def _role_names():
@@ -418,7 +428,7 @@ class FilterModule:
         return {
             "fleet_inventory_problems": fleet_inventory_problems,
             "fleet_validation_not_skipped": fleet_validation_not_skipped,
-            "fleet_placeholder_checksums": fleet_placeholder_checksums,
+            "fleet_inventory_report": fleet_inventory_report,
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,
             "fleet_router_pool_argv": fleet_router_pool_argv,

@@ -104,6 +104,9 @@ class RunResult:
     #: Per host, the units left running although the inventory no longer lists their models
     #: (removed only with `state: absent` or fleet_prune: roles/vllm_service, roles/ray_cluster).
     orphaned: dict[str, list[str]] = field(default_factory=dict)
+    #: What validation warned about (roles/validate_inventory): a value that never reaches a host,
+    #: a variable nothing reads, placeholder checksums; refused instead with --strict.
+    warnings: list[str] = field(default_factory=list)
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
     #: Per host whose release was read: {from, to, installed} (roles/fleet_release); from == to
@@ -163,6 +166,7 @@ class RunResult:
             "invalid_inventory": self.invalid_inventory, "invalid_hosts": self.invalid_hosts, "problems": self.problems,
             "check_stopped": dict(sorted(self.check_stopped.items())),
             "orphaned": dict(sorted(self.orphaned.items())),
+            "warnings": self.warnings,
             "components": dict(sorted(self.components.items())),
             "releases": dict(sorted(self.releases.items())),
             "rollout": self.rollout,
@@ -172,6 +176,7 @@ class RunResult:
     def __str__(self) -> str:
         lines = [f"{self.playbook} on {self.inventory}" + (f" (limit {self.limit})" if self.limit else "")
                  + (" [check mode]" if self.check else "") + f": {self.status} in {self.duration:.0f} s"]
+        lines += [f"warning: {w}" for w in self.warnings]
         if self.problems:
             lines.append("The inventory is invalid; nothing was changed:")
             lines += [f"  - {p}" for p in self.problems]
@@ -278,6 +283,7 @@ class _Collector:
         self.task_durations: dict[str, float] = {}
         self.check_stopped: dict[str, str] = {}
         self.orphaned: dict[str, list[str]] = {}
+        self.warnings: list[str] = []
         self.components: dict[str, list[dict]] = {}
         self.releases: dict[str, dict] = {}
         self.rollout_reached: list[str] = []
@@ -308,6 +314,9 @@ class _Collector:
             facts = (data.get("res") or {}).get("ansible_facts") or {}
             if kind == "runner_on_ok" and "fleet_check_mode_stopped" in facts:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
+            report = facts.get("_validate_inventory")
+            if kind == "runner_on_ok" and isinstance(report, dict) and isinstance(report.get("warnings"), list):
+                self.warnings = [str(w) for w in report["warnings"]]
             for name in ORPHANED_FACTS:
                 if kind == "runner_on_ok" and isinstance(facts.get(name), list):
                     host = data.get("host", "?")
@@ -364,7 +373,7 @@ def result_from_events(events: Iterable[dict], *, playbook: str = "", inventory:
     return RunResult(playbook=playbook, inventory=inventory, limit=limit, check=check, status=status, rc=rc,
                      hosts=collector.hosts(), failures=collector.final_failures(), problems=collector.problems,
                      artifacts_dir=artifacts_dir, task_durations=collector.task_durations,
-                     check_stopped=collector.check_stopped, orphaned=collector.orphaned,
+                     check_stopped=collector.check_stopped, orphaned=collector.orphaned, warnings=collector.warnings,
                      components=collector.components, releases=collector.releases)
 
 
@@ -522,7 +531,7 @@ def run_playbook(playbook: str, inventory: str | os.PathLike, *, limit: str | No
                      rc=runner.rc, hosts=collector.hosts(), failures=failures, problems=problems,
                      started=started, duration=time.time() - started, artifacts_dir=str(artifacts),
                      task_durations=collector.task_durations, check_stopped=collector.check_stopped,
-                     orphaned=collector.orphaned,
+                     orphaned=collector.orphaned, warnings=collector.warnings,
                      components=collector.components, releases=collector.releases,
                      rollout=({**rollout, "reached": collector.rollout_reached,
                                "not_reached": [h for h in rollout["nodes"] if h not in collector.rollout_reached]}

@@ -12,6 +12,9 @@
                          [--evalscope ...] [--history] [--json]
     vllm-fleet lab up|down|status|start|stop
 
+Every command that runs a playbook takes --strict: validation refuses what it would otherwise
+warn about (a value the inventory sets that never reaches a host, a variable nothing reads).
+
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
 invalid (nothing was changed), 64 wrong usage, 1 anything else; `status`: 5 a model or
 device is down, 3 a node unreachable over SSH (nothing down).
@@ -161,9 +164,16 @@ def _inventory(path: str) -> str:
 
 # ------------------------------------------------------------------ commands
 
+def _strict(args, extravars: dict | None) -> dict | None:
+    """--strict: validation refuses what it would warn about (roles/validate_inventory)."""
+    if not getattr(args, "strict", False):
+        return extravars
+    return {**(extravars or {}), "validate_inventory_strict": True}
+
+
 def cmd_run(args) -> int:
     inventory = _inventory(args.inventory)
-    extravars = parse_extravars(args.extra_vars)
+    extravars = _strict(args, parse_extravars(args.extra_vars))
     secrets = load_secrets(args.secrets)
     progress = None if args.quiet else Progress()
     kwargs = dict(limit=args.limit, extravars=extravars, secrets=secrets, event_handler=progress)
@@ -203,7 +213,8 @@ def cmd_plan(args) -> int:
     inventory = _inventory(args.inventory)
     progress = None if args.quiet else Progress()
     try:
-        result = api.plan(inventory, args.out, limit=args.limit, extravars=parse_extravars(args.extra_vars),
+        extravars = _strict(args, parse_extravars(args.extra_vars))
+        result = api.plan(inventory, args.out, limit=args.limit, extravars=extravars,
                           secrets=load_secrets(args.secrets), event_handler=progress)
     finally:
         if progress:
@@ -340,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--secrets", help="YAML file of secret variables (hub tokens, API keys); masked everywhere")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+        p.add_argument("--strict", action="store_true",
+                       help="refuse what validation warns about (a value that never reaches a host, a variable nothing "
+                            "reads, a vars file of no group)")
         if check:
             p.add_argument("--check", action="store_true", help="show what would change, change nothing")
 

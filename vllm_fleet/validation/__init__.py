@@ -35,7 +35,18 @@ from __future__ import annotations
 from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
 from vllm_fleet.secrets import SECRET_NAME, secret_values
-from vllm_fleet.validation import accounts, formats, names, passthrough, paths, ports, secrets, strings, types
+from vllm_fleet.validation import (
+    accounts,
+    formats,
+    names,
+    passthrough,
+    paths,
+    ports,
+    precedence,
+    secrets,
+    strings,
+    types,
+)
 from vllm_fleet.validation.matrix import placeholder_checksums
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.play_keywords import play_keyword_problems
@@ -199,6 +210,17 @@ def _validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> lis
     # Every message once; secrets of every host, and passwords in URLs, masked in all of them.
     every_secret = sorted({s for v in all_hosts.values() for s in secret_values(v)}, key=len, reverse=True)
     return list(dict.fromkeys(mask_secrets(problems, every_secret)))
+
+
+def inventory_warnings(sources: list[str]) -> list[str]:
+    """The precedence surprises of the inventory's files (validation/precedence.py), as sentences
+    naming both places; the variable names vllm-fleet reads are the schema's, the roles' options
+    and the connection variables."""
+    from vllm_fleet.role_specs import role_names  # noqa: PLC0415 - project data, read once
+
+    known = set(fleet_variables()) | set(role_options()) | set(CONNECTION_VARIABLES)
+    prefixes = ("fleet_", *(f"{r}_" for r in sorted(role_names())))
+    return [w for source in sources for w in precedence.precedence_warnings(source, known, prefixes)]
 
 
 def _unused_profiles(doc: dict, models: list[dict]) -> list[dict]:
