@@ -314,7 +314,7 @@ class _Collector:
             facts = (data.get("res") or {}).get("ansible_facts") or {}
             if kind == "runner_on_ok" and "fleet_check_mode_stopped" in facts:
                 self.check_stopped[data.get("host", "?")] = str(facts["fleet_check_mode_stopped"])
-            report = facts.get("_validate_inventory")
+            report = facts.get("_validate_inventory_report")
             if kind == "runner_on_ok" and isinstance(report, dict) and isinstance(report.get("warnings"), list):
                 self.warnings = [str(w) for w in report["warnings"]]
             for name in ORPHANED_FACTS:
