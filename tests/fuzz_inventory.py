@@ -47,7 +47,11 @@ SEED = 19003
 #: harmless by a plan run.
 PLAN_CLASSES = ("control_chars", "names", "wrong_type", "spellings")
 CLASSES = ("wrong_type", "control_chars", "numbers", "ports", "paths", "secrets", "accounts", "names",
-           "disabled_model", "spellings")
+           "formats", "disabled_model", "spellings")
+#: Hostile values of each format class (vllm_fleet/validation/classes.py), for a variable declared of it.
+FORMATS = {"address": ["not-an-address", "300.1.1.1"], "duration": ["five minutes", "10 m"],
+           "mode": ["0999", "rwxr-x---"], "url": ["not a url", "ftp://mirror.example/x"],
+           "urls": [["not a url"]], "env": [{"BAD-KEY": "v"}, {"OK": {"nested": 1}}]}
 
 # ------------------------------------------------------------------ the base inventory
 
@@ -287,9 +291,11 @@ class Generator:
 
     def __init__(self, base: dict[str, dict]):
         from vllm_fleet import validation
+        from vllm_fleet.validation import classes
 
         self.base = base
         self.validation = validation
+        self.classes = classes
         self.fleet = sorted(h for h, v in base.items() if "fleet" in (v.get("group_names") or []))
         self.out: list[Mutation] = []
         # (leaf key, value) pairs the example itself uses: such a value is valid for that key
@@ -394,11 +400,14 @@ class Generator:
                 self.add("numbers", host, path, float(value), note="a whole float for an integer")
             self._number_forms(host, path, loose)
 
-        # class by name
-        if PORT_NAME.search(key):
+        # the class: a role option's declared one (roles/<role>/meta/classes.yml), a key's by its name
+        cls = self._declared(path)
+        if (cls == "port") if cls else PORT_NAME.search(key):
             self._ports(host, path)
-        if PATH_NAME.search(key) and isinstance(value, str):
+        if ((cls in ("path", "executable")) if cls else PATH_NAME.search(key)) and isinstance(value, str):
             self._paths(host, path)
+        for bad in FORMATS.get(cls or "", []):
+            self.add("formats", host, path, bad)
         if any(isinstance(p, str) and is_secret_name(p) for p in path):
             self._secrets(host, path)
         if isinstance(value, str) and value.startswith(("http://", "https://")):
@@ -407,10 +416,14 @@ class Generator:
             # and a URL that is wrong besides: the problem that quotes it must not show the password
             self.add("secrets", host, path, with_credentials.replace("://", ":// ", 1) + " x",
                      note="credentials in a URL with spaces")
-        if NAME_NAME.search(key) and isinstance(value, str):
+        if ((cls == "name") if cls else NAME_NAME.search(key)) and isinstance(value, str):
             self._names(host, path, value)
         if key == "fleet_service_user":
             self._accounts(host, path)
+
+    def _declared(self, path) -> str | None:
+        """The declared class of a top-level role option (None for a key inside a structure)."""
+        return self.classes.class_of(str(path[0])) if len(path) == 1 else None
 
     def _number_forms(self, host, path, loose=False):
         """Every number's forms that no bound holds or no consumer means: NaN, the infinities and,
@@ -437,7 +450,7 @@ class Generator:
         for bad in PATHS:
             if key == "file" and bad == "relative":
                 continue  # a `file` is a bare file name, fetched from fleet_artifact_base_url: no path at all
-            if key.endswith("_python") and bad == "/usr/lib/x":
+            if (key.endswith("_python") or self._declared(path) == "executable") and bad == "/usr/lib/x":
                 continue  # an interpreter the fleet runs (not writes) may live below /usr
             self.add("paths", host, path, bad)
 
@@ -483,8 +496,9 @@ class Generator:
             self._typed(host, (name,), spec.get("type", "str"), spec.get("elements"), spec.get("default"))
 
     def _typed(self, host, path, kind, elements=None, default=None):
-        """Hostile values for an unset variable of a declared type."""
+        """Hostile values for an unset variable of a declared type and class."""
         key = _leaf_key(path)
+        cls = self._declared(path) or ""
         if kind == "bool":
             for bad in ("false", "yes", "no", 1, None, ["true"]):
                 self.add("wrong_type", host, path, bad)
@@ -496,38 +510,44 @@ class Generator:
                     continue
                 self.add("numbers", host, path, bad)
             self._number_forms(host, path)
-            if PORT_NAME.search(key):
+            if cls == "port":
                 self._ports(host, path)
         elif kind in ("str", "path", "raw"):
             base = default if isinstance(default, str) and default and "{{" not in default else "value"
             for bad in (None, [base], {"k": base}):
                 self.add("wrong_type", host, path, bad)
-            if not is_secret_name(key):
+            if cls != "secret":
                 for what, ch in CONTROL.items():
                     self.add("control_chars", host, path, base[:1] + ch + base[1:], note=what)
                 self.add("control_chars", host, path, base + "\n", note="trailing newline")
-            if kind == "path" or PATH_NAME.search(key):
+            if cls in ("path", "executable"):
                 self._paths(host, path)
-            if is_secret_name(key):
+            if cls == "secret":
                 self._secrets(host, path)
-            if NAME_NAME.search(key):
+            if cls == "name":
                 self._names(host, path, base)
-            if ACCOUNT_NAME.search(key):
+            if cls == "account":
                 for bad in ("root", "has space", "x" * 40):
                     self.add("accounts", host, path, bad)
+            for bad in FORMATS.get(cls, []):
+                self.add("formats", host, path, bad)
         elif kind == "list":
             for bad in ("a string", {"a": "mapping"}, [None], [["nested"]]):
                 self.add("wrong_type", host, path, bad)
             if elements == "str":
                 self.add("control_chars", host, path, ["item\nExecStartPre=/bin/sh"], note="newline")
                 self.add("control_chars", host, path, ["item\x00"], note="NUL")
-                if ACCOUNT_NAME.search(key):
+                if cls == "accounts":
                     for bad in (["root"], ["has space"], ["docker"]):
                         self.add("accounts", host, path, bad)
+                for bad in FORMATS.get(cls, []):
+                    self.add("formats", host, path, bad)
         elif kind == "dict":
             for bad in ("a string", ["a", "list"], None):
                 self.add("wrong_type", host, path, bad)
-            if is_secret_name(key):
+            for bad in FORMATS.get(cls, []):
+                self.add("formats", host, path, bad)
+            if cls == "secrets":
                 for bad in SECRETS:
                     self.add("secrets", host, path, {"huggingface": bad})
             else:

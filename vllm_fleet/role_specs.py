@@ -33,3 +33,13 @@ def role_default(name: str):
 @lru_cache(maxsize=1)
 def role_names() -> frozenset[str]:
     return frozenset(role for role, _ in role_options().values())
+
+
+@lru_cache(maxsize=1)
+def role_classes() -> dict[str, str]:
+    """Every role option -> its declared class, from roles/*/meta/classes.yml (the classes and
+    their rules: vllm_fleet/validation/classes.py)."""
+    classes: dict[str, str] = {}
+    for path in sorted(ROLES_DIR.glob("*/meta/classes.yml")):
+        classes.update({str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()})
+    return classes

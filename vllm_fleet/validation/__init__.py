@@ -34,9 +34,11 @@ from __future__ import annotations
 
 from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
-from vllm_fleet.secrets import SECRET_NAME, secret_values
+from vllm_fleet.secrets import SECRET_NAME
+from vllm_fleet.secrets import secret_values as _named_secret_values
 from vllm_fleet.validation import (
     accounts,
+    classes,
     formats,
     names,
     passthrough,
@@ -69,6 +71,14 @@ __all__ = [
 CONNECTION_VARIABLES = ("ansible_host", "ansible_port", *accounts.CONNECTION_USERS, "group_names")
 
 
+def secret_values(host_vars: dict) -> list[str]:
+    """The host's secret values, to mask in every message: those under a secret's name
+    (vllm_fleet.secrets.secret_values) and those of every variable declared a secret."""
+    declared = {name: host_vars[name] for name in host_vars if classes.class_of(name) in ("secret", "secrets")}
+    return sorted(set(_named_secret_values(host_vars)) | set(_named_secret_values({"secret": declared})),
+                  key=len, reverse=True)
+
+
 def _groups(host_vars: dict) -> set[str]:
     groups = host_vars.get("group_names")
     return set(groups) if isinstance(groups, list) else set()
@@ -86,6 +96,7 @@ def _class_problems(host_vars: dict) -> list[str]:
     problems += ports.connection_problems(host_vars)
     problems += formats.format_problems(host_vars)
     problems += passthrough.passthrough_problems(host_vars)
+    problems += classes.env_problems(host_vars)
     return problems
 
 

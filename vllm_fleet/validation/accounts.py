@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from vllm_fleet.validation.classes import class_of
 from vllm_fleet.validation.problem import Problem
 
 #: Accounts of the system (Debian's base-passwd and common daemons): never the service user.
@@ -29,8 +30,8 @@ ACCOUNT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,31}\Z")
 #: Groups whose members are root in all but name: never given to a service account.
 PRIVILEGED_GROUPS = frozenset(["root", "sudo", "wheel", "admin", "adm", "docker", "lxd", "disk", "shadow", "kmem",
                                "systemd-journal", "libvirt"])
-#: Variables naming accounts and groups: fleet_service_user, <role>_user, <role>_group,
-#: <role>_groups (a list).
+#: Variables naming accounts and groups that no role declares, by their name (a role option's
+#: declared class says: account, accounts).
 _ACCOUNT_VARIABLE = re.compile(r"_(user|group|groups)$")
 
 
@@ -39,7 +40,10 @@ def _account_name_problems(host_vars: dict) -> list[str]:
     that makes its members root in all but name."""
     problems = []
     for name in sorted(host_vars):
-        if not _ACCOUNT_VARIABLE.search(name) or name in CONNECTION_USERS or name == "fleet_service_user":
+        declared = class_of(name)
+        is_account = declared in ("account", "accounts") if declared is not None else bool(
+            _ACCOUNT_VARIABLE.search(name))
+        if not is_account or name in CONNECTION_USERS or name == "fleet_service_user":
             continue
         value = host_vars[name]
         items = [((name, i), v) for i, v in enumerate(value)] if isinstance(value, list) else [((name,), value)]

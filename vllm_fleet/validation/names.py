@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from vllm_fleet.secrets import NAME_KEYS
+from vllm_fleet.validation.classes import class_of
 from vllm_fleet.validation.problem import Problem, leaves
 
 #: What clients ask for: a hub-style org/model is fine.
@@ -23,10 +24,16 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@:-]*\Z")
 #: Keys whose values clients send as the model's name (a '/' allowed).
 SERVED_KEYS = ("served_model_name",)
 LONGEST = 128
-#: Role variables that name a thing on the node (an image, a conda environment, ...).
+#: Variables no role declares that name a thing on the node, by their name (a role option: its
+#: declared class `name`).
 _NAME_VARIABLE = re.compile(r"_name$")
 ACCEPTED = (f"1-{LONGEST} letters, digits and '.', '_', '-', '+', '@', ':', starting with a letter or digit (a "
             "served model name may have one '/': org/model)")
+
+
+def _is_name_variable(name: str) -> bool:
+    declared = class_of(name)
+    return declared == "name" if declared is not None else bool(_NAME_VARIABLE.search(name))
 
 
 def name_rule(value, served: bool = False) -> str | None:
@@ -67,7 +74,7 @@ def name_problems(host_vars: dict) -> list[str]:
         if not path or path[-1] is None:
             continue
         key = path[-1] if isinstance(path[-1], str) else (path[-2] if len(path) > 1 else None)
-        if key not in NAME_KEYS and not (len(path) == 1 and _NAME_VARIABLE.search(str(key))):
+        if key not in NAME_KEYS and not (len(path) == 1 and _is_name_variable(str(key))):
             continue
         if len(path) == 3 and path[0] == "fleet_models" and path[2] == "name":
             continue  # a model's own name: the schema's stricter form (it names the unit)

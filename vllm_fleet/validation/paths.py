@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from vllm_fleet.role_specs import role_options
+from vllm_fleet.validation.classes import class_of
 from vllm_fleet.validation.problem import Problem, leaves
 
 #: Directories of the system: never a path of vllm-fleet's (it would take them over: owner,
@@ -68,8 +69,18 @@ def path_rule(value: Any, executable: bool = False) -> str | None:
 
 
 def is_path_variable(name: str) -> bool:
+    """A top-level variable of class path or executable (declared: roles/<role>/meta/classes.yml;
+    a variable no role declares: by its name)."""
+    cls = class_of(name)
+    if cls is not None:
+        return cls in ("path", "executable")
     spec = role_options().get(name)
     return bool(_PATH_KEY.match(name)) or bool(spec and spec[1].get("type") == "path")
+
+
+def _executable(path: tuple) -> bool:
+    cls = class_of(str(path[0])) if len(path) == 1 else None
+    return cls == "executable" if cls is not None else bool(_EXECUTABLE_KEY.search(str(path[-1])))
 
 
 def path_leaves(host_vars: dict):
@@ -92,7 +103,7 @@ def path_leaves(host_vars: dict):
 def path_problems(host_vars: dict) -> list[str]:
     problems = []
     for path, value in path_leaves(host_vars):
-        why = path_rule(value, executable=bool(_EXECUTABLE_KEY.search(str(path[-1]))))
+        why = path_rule(value, executable=_executable(path))
         if why:
             problems.append(str(Problem(path, value, why, ACCEPTED)))
     return problems

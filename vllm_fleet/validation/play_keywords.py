@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import re
 
+from vllm_fleet.role_specs import role_options
+from vllm_fleet.validation.classes import declared
 from vllm_fleet.validation.problem import Problem
 
 SERIAL_ACCEPTED = ("a number of nodes per batch (1, 2, ...), a percentage of the nodes (1% to 100%), or a list of "
@@ -70,6 +72,12 @@ def max_fail_percentage_problems(value, name: str = "fleet_rollout_max_fail_perc
 
 
 def play_keyword_problems(host_vars: dict) -> list[str]:
-    """The extra vars that feed play keywords, in the forms Ansible accepts and a rollout means."""
-    return (serial_problems(host_vars.get("fleet_rollout_serial"))
-            + max_fail_percentage_problems(host_vars.get("fleet_rollout_max_fail_percentage")))
+    """The extra vars that feed play keywords (declared `serial`, or a `percent` of type raw: the
+    forms Ansible's percent keywords take), in the forms Ansible accepts and a rollout means."""
+    problems = []
+    for name in declared("serial"):
+        problems += serial_problems(host_vars.get(name), name)
+    for name in declared("percent"):
+        if role_options()[name][1].get("type") == "raw":
+            problems += max_fail_percentage_problems(host_vars.get(name), name)
+    return problems

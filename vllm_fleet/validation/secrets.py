@@ -15,6 +15,7 @@ import re
 
 from vllm_fleet.role_specs import role_options
 from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, redact_credentials, url_has_credentials
+from vllm_fleet.validation.classes import class_of
 from vllm_fleet.validation.problem import Problem, leaves
 
 #: Keys and tokens: what a client presents, so long enough not to be guessed.
@@ -62,7 +63,8 @@ def _secret_leaves(value, path: tuple, inside: bool):
         return
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from _secret_leaves(v, path + (k,), inside or bool(SECRET_NAME.search(str(k))))
+            declared = not path and class_of(str(k)) in ("secret", "secrets")
+            yield from _secret_leaves(v, path + (k,), inside or declared or bool(SECRET_NAME.search(str(k))))
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from _secret_leaves(v, path + (i,), inside)

@@ -18,12 +18,14 @@ from typing import Any
 
 from vllm_fleet.role_specs import role_options
 from vllm_fleet.secrets import SECRET_NAME, mask_text
+from vllm_fleet.validation.classes import NUMBER_RANGES, class_of
 from vllm_fleet.validation.problem import Problem, _describe, _masked, leaves
 from vllm_fleet.validation.schema import schema
 
 #: The largest integer any consumer (HAProxy, systemd, Prometheus, 32-bit C) takes safely.
 LARGEST = 2**31 - 1
-#: Ranges by the name's class: (pattern of the name, low, high, inclusive low, what it is).
+#: Ranges of keys inside a structure by the key's name (pattern, low, high, inclusive low, what it is);
+#: role options have the range of their declared class (classes.NUMBER_RANGES).
 NUMBER_CLASSES: list[tuple[re.Pattern, float, float, bool, str]] = [
     (re.compile(r"(^|_)port$"), 1024, 65535, True, "a TCP port of an unprivileged service, 1024-65535"),
     (re.compile(r"_percent(age)?$"), 0, 100, True, "a percentage, 0-100"),
@@ -57,6 +59,13 @@ def non_finite_problems(host_vars: dict) -> list[str]:
 
 
 def number_range(name: str) -> tuple[float, float, bool, str]:
+    """The range of a number: its declared class's (classes.NUMBER_RANGES) for a role option; for
+    a key inside a structure (a router entry's `port`), the class its key's name says."""
+    cls = class_of(name)
+    if cls is not None:
+        if cls in NUMBER_RANGES:
+            return NUMBER_RANGES[cls]
+        return _DEFAULT_RANGE
     for pattern, low, high, inclusive, what in NUMBER_CLASSES:
         if pattern.search(name):
             return low, high, inclusive, what
