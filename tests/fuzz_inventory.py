@@ -413,6 +413,8 @@ class Generator:
         if isinstance(value, str) and value.startswith(("http://", "https://")):
             with_credentials = value.replace("://", "://user:s3cretpass@", 1)
             self.add("secrets", host, path, with_credentials, note="credentials in a URL")
+            self.add("secrets", host, path, value.replace("://", "://ghp_fuzzTokenAsTheUserPart0123@", 1),
+                     note="a token as a URL's user")
             # and a URL that is wrong besides: the problem that quotes it must not show the password
             self.add("secrets", host, path, with_credentials.replace("://", ":// ", 1) + " x",
                      note="credentials in a URL with spaces")

@@ -139,14 +139,30 @@ _CREDENTIALS_IN_TEXT = re.compile(r"([^\s/@:'\"\\]+):([^\s/@'\"\\]+)@(?=[^\s/@'\
 URL_CREDENTIALS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s]*:[^/@\s]*@")
 
 
+#: A URL whose user part is a token (scheme://TOKEN@host: GitHub, Hugging Face and GitLab take
+#: a token there, without a password).
+_TOKEN_USER = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s'\"\\]+)@(?=[^\s/@'\"\\])")
+#: Prefixes of the hubs' and forges' tokens; any other user part this long is taken for one too.
+TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "glpat-", "xoxb-", "xoxp-")
+TOKEN_LENGTH = 20
+
+
+def _token_user(user: str) -> bool:
+    return user.startswith(TOKEN_PREFIXES) or len(user) >= TOKEN_LENGTH
+
+
 def url_has_credentials(value: Any) -> bool:
-    """Whether `value` is (or holds) a URL carrying a password (scheme://user:password@host),
-    however mangled the rest of it is."""
+    """Whether `value` is (or holds) a URL carrying a credential: a password (scheme://user:password@host)
+    or a token as its user part (scheme://ghp_...@host), however mangled the rest of it is. A
+    plain user name (ssh://git@host) is none."""
     return isinstance(value, str) and (bool(URL_CREDENTIALS.match(value.strip())) or (
-        "://" in value and bool(_CREDENTIALS_IN_TEXT.search(value))))
+        "://" in value and (bool(_CREDENTIALS_IN_TEXT.search(value))
+                            or any(_token_user(m.group("user")) for m in _TOKEN_USER.finditer(value)))))
 
 
 def redact_credentials(text: str) -> str:
     """`text` with the password of every user:password@ masked, wherever a URL carries one: a
     message never prints credentials, whatever variable (clear or secret) they came in."""
-    return _CREDENTIALS_IN_TEXT.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    text = _CREDENTIALS_IN_TEXT.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    return _TOKEN_USER.sub(lambda m: f"{m.group('scheme')}{MASK}@" if _token_user(m.group("user")) else m.group(0),
+                           text)

@@ -80,7 +80,7 @@ def test_a_source_url_with_credentials_is_not_shown():
     problems = validation.validate_inventory(hosts, sorted(hosts))
     # The class rule of URL credentials refuses the source itself, and no problem shows the password
     # (validate_inventory masks every problem through vllm_fleet.secrets, the replica check's included).
-    assert any("source.url = '(a URL with a password, not shown)'" in p for p in problems), problems
+    assert any("source.url = '(a URL with a credential, not shown)'" in p for p in problems), problems
     assert not any("s3cret-token" in p for p in problems), problems
     assert "user:********@git.example" in validation.mask_secrets(
         router_problems({"r": hosts["r"]}, twins), [])[0]

@@ -318,3 +318,20 @@ def test_legal_values_stay_legal_on_every_route(tmp_path):
     proc = ansible_playbook("-i", str(inv), "playbooks/validate.yml", "-e", "fleet_rollout_serial=1",
                             "-e", "fleet_rollout_max_fail_percentage=50", "-e", '{"fleet_serve_base_port": 8100}')
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("url", ["https://ghp_abcdefghij1234567890@github.internal/vllm.git",
+                                 "https://hf_shortertoken@hf.internal/", "https://user:s3cr3tPw9@mirror.internal/simple"])
+def test_a_credential_anywhere_in_a_clear_url_is_refused_and_never_shown(example_hosts, url):
+    hosts = {h: dict(v) for h, v in example_hosts.items()}
+    hosts["nvidia-01"]["fleet_pip_index_url"] = url
+    problems = validation.validate_inventory(hosts, ["nvidia-01"])
+    assert any(p.startswith("host nvidia-01: fleet_pip_index_url = '(a URL with a credential") for p in problems)
+    secret = url.split("://", 1)[1].split("@", 1)[0].split(":")[-1]
+    assert not any(secret in p for p in problems), problems
+
+
+def test_a_plain_user_in_a_url_is_no_credential():
+    from vllm_fleet.secrets import url_has_credentials
+
+    assert not url_has_credentials("ssh://git@git.internal/vllm.git")
