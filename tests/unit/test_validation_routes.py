@@ -335,3 +335,43 @@ def test_a_plain_user_in_a_url_is_no_credential():
     from vllm_fleet.secrets import url_has_credentials
 
     assert not url_has_credentials("ssh://git@git.internal/vllm.git")
+
+
+INI_HOSTS = """# The example's hosts.yml, as an INI inventory
+[ascend-nodes]
+ascend-01 ansible_host=192.0.2.11
+[metax-nodes]
+metax-01 ansible_host=192.0.2.21
+[musa-nodes]
+musa-01 ansible_host=192.0.2.31
+[nvidia-nodes]
+nvidia-01 ansible_host=192.0.2.41
+[cpu-nodes]
+cpu-01 ansible_host=192.0.2.51
+[fleet:children]
+ascend-nodes
+metax-nodes
+musa-nodes
+nvidia-nodes
+cpu-nodes
+"""
+
+
+def test_an_ini_form_of_the_example_is_no_yaml_to_judge(tmp_path):
+    inv = tmp_path / "inv"
+    shutil.copytree(fz.EXAMPLE, inv)
+    (inv / "hosts.yml").unlink()
+    (inv / "hosts").write_text(INI_HOSTS)
+    assert files.file_problems(inv) == []
+    (inv / "hosts").write_text("all:\n  hosts: [a, b\n")  # no INI: a YAML file that is broken
+    assert any("YAML syntax error" in p for p in files.file_problems(inv))
+
+
+@pytest.mark.ansible
+def test_an_ini_form_of_the_example_is_valid(tmp_path):
+    inv = tmp_path / "inv"
+    shutil.copytree(fz.EXAMPLE, inv)
+    (inv / "hosts.yml").unlink()
+    (inv / "hosts").write_text(INI_HOSTS)
+    proc = ansible_playbook("-i", str(inv), "playbooks/validate.yml", "-l", "nvidia-01")
+    assert proc.returncode == 0, proc.stdout[-3000:]

@@ -180,12 +180,24 @@ def _keys(value: Any) -> set[str]:
 
 # ------------------------------------------------------------------ one file
 
+_INI_SECTION = re.compile(r"^\s*\[[^\]\s]+\]\s*(?:[#;].*)?$", re.M)
+_INI_HOST_LINE = re.compile(r"^\s*[A-Za-z0-9_.\[\]:-]+(\s+[A-Za-z_][A-Za-z0-9_]*=\S*)+\s*$", re.M)
+
+
+def is_ini(text: str) -> bool:
+    """Whether a file without extension is an INI inventory: a `[group]` header, or a host line
+    with key=value variables (YAML reads neither as a mapping)."""
+    return bool(_INI_SECTION.search(text) or _INI_HOST_LINE.search(text))
+
+
 def text_problems(rel: str, text: str, *, vars_file: bool, source_suffix: str = ".yml", vaulted: bool = False) -> list[str]:
     """Problems of one inventory file's text (`rel`: its name in messages): YAML syntax, keys given
     twice, a vars file that is not a mapping, an inventory source of the wrong shape, rollout
     settings. Vault-encrypted text is not judged (vault_problems decrypts it)."""
     if text.lstrip().startswith(VAULT_HEADER):
         return []
+    if not vars_file and not source_suffix and is_ini(text):
+        return []  # an INI inventory (Ansible's ini plugin reads it): not YAML, not ours to judge
     try:
         parsed = load(text)
     except yaml.YAMLError as exc:
