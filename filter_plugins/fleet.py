@@ -58,12 +58,23 @@ def fleet_inventory_problems(hostvars, hosts, sources=None):
 _VALIDATION_TAGS = {"always", "validate"}
 
 
-def fleet_validation_not_skipped(pattern):
+def fleet_validation_not_skipped(pattern, groups=None, limit=None, sources=None):
     """`pattern`, the validation play's hosts, unless the command line's task selection would skip
-    the validation of the inventory (--skip-tags always/validate, --start-at-task): then the run
-    stops before its first play. Templated by the play's `hosts:` in ansible-playbook's own
-    process, before any task (a task of any tag could itself be skipped)."""
+    the validation of the inventory (--skip-tags always/validate, --start-at-task), or the run has
+    surely no host in `pattern` (`groups`: the inventory's, `limit`: ansible_limit; Ansible would
+    skip every play and call the run a success): then the run stops before its first play.
+    Templated by the play's `hosts:` in ansible-playbook's own process, before any task (a task
+    of any tag could itself be skipped)."""
     from ansible import context  # noqa: PLC0415 - the command line of this ansible-playbook
+
+    from vllm_fleet.validation import files  # noqa: PLC0415 - only the pure file checks
+
+    if groups is not None:
+        members = {str(g): {str(h) for h in hosts} for g, hosts in _plain(groups).items()}
+        problem = files.surely_no_hosts(members, str(pattern), str(limit) if limit else None,
+                                        ", ".join(str(s) for s in sources or []) or "(given)")
+        if problem:
+            raise AnsibleFilterError(problem)
 
     args = context.CLIARGS or {}
     skipped = sorted(_VALIDATION_TAGS & {str(t) for t in args.get("skip_tags") or ()})

@@ -375,3 +375,25 @@ def test_an_ini_form_of_the_example_is_valid(tmp_path):
     (inv / "hosts").write_text(INI_HOSTS)
     proc = ansible_playbook("-i", str(inv), "playbooks/validate.yml", "-l", "nvidia-01")
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_a_run_surely_without_a_host_is_said_like_the_clis():
+    groups = {"all": {"x1", "nvidia-01"}, "other": {"x1"}, "fleet": {"nvidia-01"}, "nvidia-nodes": {"nvidia-01"}}
+    pattern = "fleet:router:monitoring"
+    assert files.surely_no_hosts(groups, pattern, None, "inv") is None
+    assert files.surely_no_hosts(groups, pattern, "nvidia-nodes", "inv") is None
+    assert files.surely_no_hosts(groups, pattern, "nvidia*", "inv") is None  # only Ansible reads a wildcard
+    assert files.surely_no_hosts(groups, pattern, "x1", "inv") == files.no_hosts_problem("inv", pattern, "x1", 1, 2)
+    alone = {"all": {"x1"}, "other": {"x1"}}
+    assert files.surely_no_hosts(alone, pattern, None, "inv") == files.no_hosts_problem("inv", pattern, None, 0, 1)
+
+
+@pytest.mark.ansible
+def test_plain_ansible_playbook_refuses_a_run_without_a_host(tmp_path):
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("all:\n  children:\n    other:\n      hosts:\n        x1:\n"
+                                   "          ansible_host: 127.0.0.1\n")
+    proc = ansible_playbook("-i", str(inv), "site.yml", *NOWHERE)
+    assert proc.returncode != 0 and "TASK [" not in proc.stdout
+    assert "it has no host in the group(s) fleet, router or monitoring" in proc.stdout + proc.stderr

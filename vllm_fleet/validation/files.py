@@ -568,6 +568,24 @@ def surely_has_hosts(groups: dict[str, set[str]], pattern: str, limit: str | Non
 
 
 
+def surely_no_hosts(groups: dict[str, set[str]], pattern: str, limit: str | None, inventory: str) -> str | None:
+    """no_hosts_problem's sentence when `groups` (every group -> its hosts, as Ansible's `groups`)
+    show that a run on `pattern` with `limit` has no host; None when it has one, or when the limit
+    is a pattern only Ansible can read (wildcards, ranges, exclusions)."""
+    every = groups.get("all", set()) | set().union(*groups.values()) if groups else set()
+    run = set().union(*(groups.get(g, set()) for g in pattern.split(":")))
+    if limit:
+        names = [n.strip() for n in re.split(r"[,:]", limit) if n.strip()]
+        if not names or not all(_PLAIN_NAME.match(n) for n in names):
+            return None
+        chosen = set().union(*(groups.get(n, set()) | ({n} if n in every else set()) for n in names))
+        if run & chosen:
+            return None
+    elif run:
+        return None
+    return no_hosts_problem(inventory, pattern, limit, len(run), len(every))
+
+
 def no_hosts_problem(inventory: str, pattern: str, limit: str | None, in_groups: int, in_inventory: int) -> str:
     """The message for a run that would have no host: `in_groups` hosts of the inventory are in
     `pattern`'s groups (before the limit), `in_inventory` hosts in all."""
