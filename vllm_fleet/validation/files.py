@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,12 @@ class Parsed:
         return found
 
 
-class InventoryLoader(yaml.SafeLoader):
+#: libyaml's scanner and parser where PyYAML was built with it (its wheels are): the constructor
+#: hooks below are Python's either way, and every inventory file is read on every run.
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class InventoryLoader(_BASE_LOADER):
     """PyYAML's safe loader that accepts Ansible's own tags (!vault, !unsafe, ...) as plain values
     (a `!vault` value is noted with its line), notes each key given twice in one mapping, and
     the node of every mapping and list (for lines in messages). A key brought by a YAML merge
@@ -118,8 +124,11 @@ def _ansible_tag(loader: InventoryLoader, suffix: str, node: yaml.Node):
 InventoryLoader.add_multi_constructor("!", _ansible_tag)
 
 
+@lru_cache(maxsize=512)
 def load(text: str) -> Parsed:
-    """Every YAML document of `text` (yaml.YAMLError when it is no YAML)."""
+    """Every YAML document of `text` (yaml.YAMLError when it is no YAML). The file checks, the
+    secrets by reference and the precedence warnings read each file: one parse per text and
+    process (callers read the result, never change it)."""
     loader = InventoryLoader(text)
     try:
         docs = []
