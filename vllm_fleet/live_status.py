@@ -62,8 +62,8 @@ _MARK = "=== vllm-fleet-status "
 #: `_<role>_marker` starts with it, tests/unit/test_live_status.py checks): how status tells
 #: vllm-fleet's units from any other on the node.
 MANAGED = "# Managed by vllm-fleet"
-#: Where those units are, by the glob of their names (models.unit_name: vllm-<model>, ray-<model>).
-MANAGED_UNITS = ("/etc/systemd/system/vllm-*.service", "/etc/systemd/system/ray-*.service")
+#: Where those units are: the glob of models.unit_name's names (vllm-<model>, ray-<model>).
+MANAGED_UNITS = tuple(f"/etc/systemd/system/{unit_name('*', program)}.service" for program in ("vllm", "ray"))
 
 
 # ------------------------------------------------------------------ results

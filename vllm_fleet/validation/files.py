@@ -350,8 +350,8 @@ def file_problems(inventory: str | os.PathLike) -> list[str]:
 
 # ------------------------------------------------------------------ secrets by reference
 
-_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.S)
-_IDENTIFIER = re.compile(r"(?<![.\w'\"])([A-Za-z_][A-Za-z0-9_]*)")
+TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.S)
+IDENTIFIER = re.compile(r"(?<![.\w'\"])([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _clear_scalar(value: Any) -> bool:
@@ -437,8 +437,8 @@ def _secret_templates(where: str, value: Any, inside: bool):
 
 def _clear_referent(template: str, defined: dict, seen: set[str]) -> str | None:
     """The first variable that `template` names, directly or through others, written in clear."""
-    for expression in _TEMPLATE.findall(template):
-        for name in _IDENTIFIER.findall(expression):
+    for expression in TEMPLATE.findall(template):
+        for name in IDENTIFIER.findall(expression):
             if name in seen or name not in defined:
                 continue
             seen.add(name)

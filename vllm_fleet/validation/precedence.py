@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from vllm_fleet.validation.files import _IDENTIFIER, _TEMPLATE, base_dir, inventory_files, is_vars_file, load
+from vllm_fleet.validation.files import IDENTIFIER, TEMPLATE, base_dir, inventory_files, is_vars_file, load
 
 #: Ansible's implicit groups.
 IMPLICIT_GROUPS = ("all", "ungrouped")
@@ -244,8 +244,8 @@ def _unread_warnings(tree: Tree, known: set[str], prefixes: tuple[str, ...]) -> 
                 places.setdefault(var, values[0][1])
     referenced = set()
     for value in _every_value(tree):
-        for expression in _TEMPLATE.findall(value):
-            referenced |= set(_IDENTIFIER.findall(expression))
+        for expression in TEMPLATE.findall(value):
+            referenced |= set(IDENTIFIER.findall(expression))
     out = []
     for var, place in sorted(places.items()):
         # ansible_* are Ansible's own (connection, become, group priority, ...); a name another
