@@ -38,7 +38,8 @@ def _plain(value):
 def fleet_inventory_problems(hostvars, hosts, sources=None):
     """fleet_inventory_report's first half (no filter of its own). Every problem of the inventory
     for `hosts` (names), as sentences; [] if valid: those of its files (`sources`:
-    ansible_inventory_sources; vllm_fleet.validation.files, the checks the CLI makes before it starts a run, so that plain ansible-playbook refuses the same inventories),
+    ansible_inventory_sources; vllm_fleet.validation.files, the checks the CLI makes before it starts
+    a run, so that plain ansible-playbook refuses the same inventories),
     then vllm_fleet.validation.validate_inventory over every host's variables as the roles will
     render them."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
