@@ -435,6 +435,63 @@ def fleet_release_inputs(matrix, keys, vendor):
         raise AnsibleFilterError(f"fleet_release_inputs: {exc}") from exc
 
 
+# ------------------------------------------------------------------ the fleet's mirror (vllm_fleet/mirror/layout.py)
+
+def fleet_mirror_url(mirror_hosts, hostvars):
+    """The URL of the fleet's mirror (the first host of the group mirror), "" without one."""
+    from vllm_fleet.mirror import layout  # noqa: PLC0415 - only in the plays that read it
+
+    return layout.mirror_url(_plain(mirror_hosts or []), hostvars)
+
+
+def fleet_node_source(url, name, value):
+    """What a node fetches the source `name` from: the mirror at `url`, else the inventory's `value`."""
+    from vllm_fleet.mirror import layout  # noqa: PLC0415
+
+    return layout.node_source(str(url or ""), str(name), _plain(value))
+
+
+def fleet_mirror_sources(entry, url, kind):
+    """The URLs a node fetches a matrix entry from: its place in the mirror, else its own sources."""
+    from vllm_fleet.mirror import layout  # noqa: PLC0415
+
+    try:
+        return layout.mirrored_sources(_plain(entry), str(url or ""), str(kind))
+    except (KeyError, IndexError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_mirror_sources: {exc}") from exc
+
+
+def fleet_mirror_model_url(source, url):
+    """The base URL of a hub model's snapshot in the mirror at `url`."""
+    from vllm_fleet.mirror import layout  # noqa: PLC0415
+
+    return f"{url}/{layout.model_path(_plain(source))}"
+
+
+def fleet_mirror_sums(text):
+    """The files of a model snapshot in the fleet's mirror, from its sha256 list: [{name, sha256}]."""
+    from vllm_fleet.mirror import layout  # noqa: PLC0415
+
+    try:
+        return layout.parse_sums(str(text))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"fleet_mirror_sums: {exc}") from exc
+
+
+def fleet_mirror_problems(hostvars, groups, manifest, url, inventory="", hosts_of_run=None):
+    """What the run's hosts (fleet nodes and routers) would fetch that the mirror's manifest does not
+    hold, and a source of theirs that passes the mirror by, as refusals."""
+    from vllm_fleet.mirror import check  # noqa: PLC0415
+
+    hosts = {}
+    members = set(_plain(groups).get("fleet", [])) | set(_plain(groups).get("router", []))
+    for host in sorted(members & set(_plain(hosts_of_run)) if hosts_of_run is not None else members):
+        own = hostvars[host]
+        hosts[host] = {key: _plain(own[key]) for key in check.KEYS if key in own}
+        hosts[host]["groups"] = _plain(groups)
+    return check.missing(hosts, _plain(manifest), str(url), str(inventory))
+
+
 class FilterModule:
     """vllm-fleet filters."""
 
@@ -451,6 +508,12 @@ class FilterModule:
             "fleet_router_worker_url": lambda server: router.worker_url(_plain(server)),
             "fleet_router_nginx_listen": lambda listen, port: router.nginx_listen(listen, port),
             "fleet_local_address": lambda listen, url=False: models.local_address(listen, url),
+            "fleet_mirror_url": fleet_mirror_url,
+            "fleet_node_source": fleet_node_source,
+            "fleet_mirror_sources": fleet_mirror_sources,
+            "fleet_mirror_model_url": fleet_mirror_model_url,
+            "fleet_mirror_problems": fleet_mirror_problems,
+            "fleet_mirror_sums": fleet_mirror_sums,
             "fleet_monitoring_targets": fleet_monitoring_targets,
             "fleet_monitoring_api_keys": fleet_monitoring_api_keys,
             "fleet_engine_api_key": fleet_engine_api_key,

@@ -6,8 +6,11 @@ import copy
 import importlib.machinery
 import importlib.util
 import os
+import socket
+import socketserver
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -25,6 +28,45 @@ GROUP_OF = {host: group
             for group, body in yaml.safe_load((EXAMPLE / "hosts.yml").read_text())["all"]["children"]["fleet"]
             ["children"].items()
             for host in (body.get("hosts") or {})}
+
+
+class OffLoopbackTrap(socketserver.ThreadingTCPServer):
+    """An HTTP proxy on 127.0.0.1 that answers nothing but records who asked: set as a client's
+    HTTP(S)_PROXY (with NO_PROXY=127.0.0.1), it receives every request meant for the internet."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self):
+        self.hits: list[str] = []
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(inner):
+                self.hits.append(inner.rfile.readline(4096).decode(errors="replace").strip())
+                inner.wfile.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def start_labweb(root: Path, log: Path, faults: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """The lab's web server (lab/fixtures/services/labweb.py) over `root` on a free 127.0.0.1 port,
+    its log in `log`, once it accepts connections: (process, base URL). The caller terminates it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    labweb = Path(__file__).resolve().parents[1] / "lab" / "fixtures" / "services" / "labweb.py"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(labweb), "--root", str(root), "--port", str(port),
+                                 *(["--faults", str(faults)] if faults else [])],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def load_module(path: Path, name: str | None = None, register: bool = False) -> ModuleType:

@@ -58,7 +58,7 @@ FORMATS = {"address": ["not-an-address", "300.1.1.1"], "duration": ["five minute
 #: What the fuzzer adds to the example so that the router and monitoring roles have a host (the
 #: example declares both groups empty) and their entries are valid: models listening beyond
 #: loopback (behind an API key, which also gives the leak check a secret in every run).
-ROUTER, MONITOR = "router-01", "mon-01"
+ROUTER, MONITOR, MIRROR = "router-01", "mon-01", "mirror-01"
 BASE_API_KEY = "fz-api-key-7Qw3Rt9Yp2Zx"
 FLEET_EXTRA = {"fleet_serve_listen": "0.0.0.0", "fleet_serve_api_key": BASE_API_KEY}
 EXTRA_HOSTS = {
@@ -68,6 +68,7 @@ EXTRA_HOSTS = {
                             {"name": "bge-m3", "port": 9001, "allow_differences": EXAMPLE_DIFFERENCES},
                             {"name": "qwen3-0.6b", "port": 9002, "policy": "round_robin"}]}},
     "monitoring": {MONITOR: {"ansible_host": "192.0.2.6"}},
+    "mirror": {MIRROR: {"ansible_host": "192.0.2.7"}},
 }
 
 
@@ -482,6 +483,8 @@ class Generator:
             return ROUTER
         if role == "monitoring":
             return MONITOR
+        if role == "mirror":
+            return MIRROR
         for vendor, host in (("ascend", "ascend-01"), ("metax", "metax-01"), ("musa", "musa-01"),
                              ("nvidia", "nvidia-01")):
             if role.startswith(vendor):
@@ -704,13 +707,13 @@ class Verdict:
 
 
 def run_hosts(base: dict[str, dict], m: Mutation) -> list[str]:
-    """The run a mutation is validated in: the hosts it touches, with the router and monitoring
-    hosts (as `-l HOST:router:monitoring`). The other fleet nodes are unchanged and valid (the
+    """The run a mutation is validated in: the hosts it touches, with the router, monitoring and
+    mirror hosts (as `-l HOST:router:monitoring:mirror`). The other fleet nodes are unchanged and valid (the
     base inventory is asserted valid), and they are still read as the fleet by the router,
     monitoring and span rules (validate_inventory's all_hosts): this keeps one mutation at a
     fifth of a whole-inventory call."""
     return sorted(m.hosts() | {h for h, v in base.items()
-                               if {"router", "monitoring"} & set(v.get("group_names") or [])})
+                               if {"router", "monitoring", "mirror"} & set(v.get("group_names") or [])})
 
 
 #: Address space one validation may add (a count of 10**9 devices must not take the machine's

@@ -36,6 +36,10 @@ from vllm_fleet import inventory as _inventory
 from vllm_fleet import live_status
 from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
+from vllm_fleet.mirror import bom as _mirror_bom
+from vllm_fleet.mirror import pack as _mirror_pack
+from vllm_fleet.mirror import store as _mirror_store
+from vllm_fleet.mirror import sync as _mirror_sync
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.validation import files as _inventory_files
 from vllm_fleet.validation import play_keywords as _play_keywords
@@ -400,7 +404,7 @@ def inventory_syntax_problems(inventory: str | os.PathLike) -> list[str]:
 
 
 #: The groups whose hosts a playbook's plays run on (every one imports validate.yml first).
-_PLAYBOOK_GROUPS = {"site.yml": "fleet:router:monitoring"}
+_PLAYBOOK_GROUPS = {"site.yml": "fleet:router:monitoring:mirror"}
 
 
 def _vault_decrypt(secrets: list, unusable: list[str]) -> Callable[[str], str]:
@@ -776,3 +780,50 @@ def bench(inventory, limit=None, extravars=None, secrets=None, **kwargs):
     run: the controller asks the models directly); see vllm_fleet.bench.bench for the options.
     Returns a vllm_fleet.bench.BenchResult (figures per model, files written)."""
     return _bench.bench(inventory, limit, extravars=extravars, secrets=secrets, **kwargs)
+
+
+# ------------------------------------------------------------------ the fleet's mirror (vllm_fleet/mirror)
+
+@dataclass
+class MirrorResult:
+    """A `mirror sync`: the validation run of the inventory it read, then (when valid) the sync's summary."""
+
+    run: RunResult
+    summary: _mirror_sync.Summary | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if not self.run.ok:
+            return self.run.exit_code
+        return EXIT_OK if self.summary is not None and self.summary.ok else EXIT_FAILED
+
+
+def mirror_sync(inventory, out_dir, limit=None, extravars=None, check=False, log=print, **kwargs) -> MirrorResult:
+    """Fill the mirror directory `out_dir` with everything the inventory's hosts (or `limit`) would fetch
+    (vllm_fleet.mirror): the inventory is validated first, as a run would be (playbooks/validate.yml);
+    `check` lists what would be fetched and its size, fetching nothing."""
+    run = run_playbook("playbooks/validate.yml", inventory, limit=limit, extravars=extravars, **kwargs)
+    if not run.ok:
+        return MirrorResult(run)
+    hosts = _inventory.host_vars(inventory, limit=limit, pattern="all", keys=_mirror_bom.KEYS,
+                                 extra=extravars)
+    return MirrorResult(run, _mirror_sync.sync(_mirror_bom.bill_of_materials(hosts), Path(out_dir), check=check,
+                                               log=log))
+
+
+def mirror_verify(path, log=print) -> list[str]:
+    """Every problem of a mirror directory (or of a pack's volumes) against its manifest; [] when whole."""
+    path = Path(path)
+    if (path / _mirror_pack.PACK).is_file():
+        return _mirror_pack.verify_pack(path, log=log)
+    return _mirror_store.verify(path, log=log)
+
+
+def mirror_pack(root, out, volume_bytes: int, log=print) -> list[str]:
+    """Pack a whole mirror into checksummed volumes of at most `volume_bytes` (vllm_fleet.mirror.pack)."""
+    return _mirror_pack.pack(Path(root), Path(out), volume_bytes, log=log)
+
+
+def mirror_unpack(out, root, log=print) -> list[str]:
+    """Check a pack's volumes, extract them into `root` and verify the mirror they hold."""
+    return _mirror_pack.unpack(Path(out), Path(root), log=log)

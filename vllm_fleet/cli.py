@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -259,7 +260,8 @@ def cmd_lab(args) -> int:
             vendors = args.vendors.split(",") if args.vendors else list(lab.VENDORS)
             inv = Path(args.inventory) if args.inventory else None
             rows = lab.up(args.name, vendors=vendors, nodes_per_vendor=args.nodes, port_base=args.port_base,
-                          inventory_dir=inv, routers=args.routers, monitors=args.monitoring, log=log)
+                          inventory_dir=inv, routers=args.routers, monitors=args.monitoring, mirror=args.mirror,
+                          log=log)
         elif args.lab_command == "down":
             lab.down(args.name, purge=args.purge, log=log)
             return EXIT_OK
@@ -279,6 +281,35 @@ def cmd_lab(args) -> int:
     else:
         _print_table(rows, ["node", "vendor", "ssh", "state"])
     return EXIT_OK
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"([0-9]+)([KMG]?)", text.strip().upper())
+    if not match or int(match[1]) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 4G, 700M or 1048576")
+    return int(match[1]) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match[2]]
+
+
+def cmd_mirror(args) -> int:
+    """vllm-fleet mirror sync|verify|pack|unpack (vllm_fleet/mirror)."""
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    if args.mirror_command == "sync":
+        result = api.mirror_sync(_inventory(args.inventory), args.out, limit=args.limit,
+                                 extravars=parse_extravars(args.extra_vars), check=args.check, log=log)
+        if not result.run.ok:
+            print(result.run)
+        return result.exit_code
+    if args.mirror_command == "verify":
+        problems = api.mirror_verify(args.path, log=log)
+    elif args.mirror_command == "pack":
+        problems = api.mirror_pack(args.path, args.out, args.volume_size, log=log)
+    else:
+        problems = api.mirror_unpack(args.path, args.out, log=log)
+    for problem in problems:
+        print(f"problem: {problem}")
+    return EXIT_FAILED if problems else EXIT_OK
 
 
 def _name_value(text: str) -> str:
@@ -447,6 +478,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_bench)
 
+    p_mirror = sub.add_parser("mirror", help="the fleet's own mirror for a site without internet (docs/air-gapped.md)")
+    mirror_sub = p_mirror.add_subparsers(dest="mirror_command", required=True)
+    p = mirror_sub.add_parser("sync", help="on a connected machine: fetch everything the inventory's nodes would "
+                              "fetch into DIR (resumable; a second sync fetches nothing)")
+    p.add_argument("-i", "--inventory", required=True, help="the inventory whose nodes the mirror serves")
+    p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
+    p.add_argument("-e", "--extra-vars", action="append", default=[],
+                   help="extra variables: KEY=VALUE, a JSON mapping or @FILE (repeatable)")
+    p.add_argument("-o", "--out", required=True, help="the mirror directory")
+    p.add_argument("--check", action="store_true", help="list what would be fetched and its size; fetch nothing")
+    p.set_defaults(func=cmd_mirror)
+    p = mirror_sub.add_parser("verify", help="check a mirror directory (or a pack) against its manifest")
+    p.add_argument("path", help="a mirror directory, or a directory of `mirror pack` volumes")
+    p.set_defaults(func=cmd_mirror)
+    p = mirror_sub.add_parser("pack", help="write a whole mirror as checksummed volumes of a bounded size")
+    p.add_argument("path", help="the mirror directory")
+    p.add_argument("-o", "--out", required=True, help="where to write the volumes")
+    p.add_argument("--volume-size", type=_size, default=_size("4G"),
+                   help="the most bytes per volume: N, NK, NM or NG (default 4G)")
+    p.set_defaults(func=cmd_mirror)
+    p = mirror_sub.add_parser("unpack", help="check a pack's volumes, extract them and verify the mirror")
+    p.add_argument("path", help="the directory of the volumes")
+    p.add_argument("-o", "--out", required=True, help="the mirror directory to write")
+    p.set_defaults(func=cmd_mirror)
+
     p_lab = sub.add_parser("lab", help="the local lab of systemd-nspawn nodes with simulated accelerators")
     lab_sub = p_lab.add_subparsers(dest="lab_command", required=True)
     p_up = lab_sub.add_parser("up", help="build and boot the lab, write inventories/<name>")
@@ -458,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--monitoring", type=int, default=0,
                       help="monitoring nodes (Prometheus, roles/monitoring) besides the fleet's, in the group "
                       "monitoring")
+    p_up.add_argument("--mirror", action="store_true",
+                      help="add mirror-01, the fleet's own mirror filled from the lab's web root: the lab as an "
+                      "air-gapped site (docs/air-gapped.md)")
     p_up.add_argument("--inventory", help="where to write the inventory (default: inventories/<name>)")
     p_down = lab_sub.add_parser("down", help="remove every trace of the lab")
     p_down.add_argument("--purge", action="store_true", help="also remove the build cache (rootfs, downloads)")

@@ -29,9 +29,11 @@ DRIVER = "nvidia-driver-570"
 
 # What a node holds that is not a converge's doing, or is a converge's through dpkg (its status file,
 # in the record, has every package's version and hold): the lab's own files (SSH, the simulated
-# hardware), what the system writes while it runs, and what packages install.
-NOT_CONVERGE = ("/proc", "/sys", "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/lib/systemd",
-                "/var/lib/apt", "/var/lib/dpkg", "/var/lib/vllm-fleet", "/root", "/etc/ssh", "/etc/vllm-fleet-lab",
+# hardware), what the system writes while it runs (Debian's dpkg-db-backup.timer writes /var/backups
+# at midnight: a run across it found them), and what packages install.
+NOT_CONVERGE = ("/proc", "/sys", "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/backups",
+                "/var/lib/systemd", "/var/lib/apt", "/var/lib/dpkg", "/var/lib/vllm-fleet", "/root", "/etc/ssh",
+                "/etc/vllm-fleet-lab",
                 "/usr/local/lib/vllm-fleet-lab", "/etc/machine-id", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf",
                 "/etc/shadow", "/etc/gshadow", "/etc/.pwd.lock", "/etc/passwd-", "/etc/group-", "/etc/shadow-",
                 "/etc/gshadow-", "/etc/ld.so.cache", "/usr/bin", "/usr/lib", "/usr/sbin", "/usr/share", "/lib",

@@ -22,8 +22,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import socketserver
 import subprocess
 import sys
 import threading
@@ -32,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_module
+from tests.conftest import OffLoopbackTrap, load_module, start_labweb
 from vllm_fleet.lab import www
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,27 +79,7 @@ def downloaded_files(root: Path) -> dict[str, tuple[int, str]]:
 
 # ------------------------------------------------------------------ fixtures
 
-class _Trap(socketserver.ThreadingTCPServer):
-    """An HTTP proxy that answers nothing but records who asked."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self):
-        self.hits: list[str] = []
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(inner):
-                self.hits.append(inner.rfile.readline(4096).decode(errors="replace").strip())
-                inner.wfile.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_Trap = OffLoopbackTrap
 
 
 class Hub:
@@ -171,21 +149,11 @@ def hub(tmp_path_factory):
     section = www.build_hub(root)
     trap = _Trap()
     threading.Thread(target=trap.serve_forever, daemon=True).start()
-    port = _free_port()
     log = root.parent / "labweb.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(LABWEB), "--root", str(root), "--port", str(port)],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-    deadline = time.monotonic() + 10
-    while True:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
+    proc, url = start_labweb(root, log)
     module = load_module(LABWEB.parent / "hub.py", "lab_hub_under_test")
     try:
-        yield Hub(root, section, f"http://127.0.0.1:{port}", log, trap, module)
+        yield Hub(root, section, url, log, trap, module)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

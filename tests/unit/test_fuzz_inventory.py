@@ -45,7 +45,7 @@ def test_base_inventory_is_valid(base_inventory):
 
     _, base = base_inventory
     assert validation.validate_inventory(base, sorted(base)) == []
-    assert {fz.ROUTER, fz.MONITOR} < set(base) and len(base) == 7
+    assert {fz.ROUTER, fz.MONITOR, fz.MIRROR} < set(base) and len(base) == 8
 
 
 def _plan_candidates(verdicts: list[fz.Verdict], limit: int) -> list[fz.Verdict]:
@@ -56,7 +56,7 @@ def _plan_candidates(verdicts: list[fz.Verdict], limit: int) -> list[fz.Verdict]
     for v in verdicts:
         if v.verdict == "got_through" and v.mutation.cls in fz.PLAN_CLASSES and not v.why.startswith(
                 "validation crashed") and all(
-                h not in (fz.ROUTER, fz.MONITOR) for h in v.mutation.hosts()):
+                h not in (fz.ROUTER, fz.MONITOR, fz.MIRROR) for h in v.mutation.hosts()):
             by_class.setdefault(v.mutation.cls, []).append(v)
     for group in by_class.values():
         # first those the plan renders (the node's fleet_* settings and vllm_service's), so that a
@@ -111,7 +111,7 @@ def test_stopped_mutations_stop_provision(base_inventory, verdicts, tmp_path):
     picked = []
     for cls in CLI_CLASSES:
         stopped = [v for v in verdicts if v.mutation.cls == cls and v.verdict == "stopped" and not v.leaked
-                   and all(h not in (fz.ROUTER, fz.MONITOR) for h in v.mutation.hosts())]
+                   and all(h not in (fz.ROUTER, fz.MONITOR, fz.MIRROR) for h in v.mutation.hosts())]
         if stopped:
             picked.append(stopped[len(stopped) // 2])  # a fixed pick from the middle of the list
     assert len(picked) >= 4, "too few stopped mutations to run through the CLI"

@@ -113,13 +113,13 @@ def test_an_inventory_without_hosts_is_refused(tiny, hosts_yml, capsys):
 def test_hosts_outside_the_fleet_groups_are_no_run(tiny):
     write(tiny, "hosts.yml", "all:\n  hosts:\n    cpu-01: {ansible_host: 127.0.0.1, ansible_port: 1}\n")
     (p,) = api.inventory_run_problems(tiny)
-    assert "no host in the group(s) fleet, router or monitoring (its 1 host(s) are in other groups)" in p
+    assert "no host in the group(s) fleet, router, monitoring or mirror (its 1 host(s) are in other groups)" in p
 
 
 def test_a_limit_that_matches_no_host_is_refused_and_named(tiny, capsys):
     (p,) = api.inventory_run_problems(tiny, "nvidia-nodes")
     assert p.startswith(f"no host of the inventory {tiny} is in this run (-l/--limit 'nvidia-nodes')")
-    assert "the limit matches none of its 1 host(s) in the group(s) fleet, router or monitoring" in p
+    assert "the limit matches none of its 1 host(s) in the group(s) fleet, router, monitoring or mirror" in p
     assert api.inventory_run_problems(tiny, "cpu-nodes") == []
     assert api.inventory_run_problems(tiny, "cpu-01") == []
     code, out = provision_json(tiny, "-l", "nvidia-nodes", capsys=capsys)

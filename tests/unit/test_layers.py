@@ -37,6 +37,9 @@ LAYERS = {
     "vllm_fleet.inventory": 2,
     "vllm_fleet.router": 2,
     "vllm_fleet.monitoring": 2,
+    # the fleet's mirror: its layout, the bill of an inventory and the check against a manifest are
+    # the domain validation and the filters read; its sync is the connected machine's.
+    "vllm_fleet.mirror": 2,
     # 3 features: live status, bench, the vLLM parser checks.
     "vllm_fleet.live_status": 3,
     "vllm_fleet.bench": 3,

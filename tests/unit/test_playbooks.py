@@ -25,8 +25,10 @@ def test_site_validates_first_then_converges_every_vendor_in_one_play():
     site = load(ROOT / "site.yml")
     imported = [play["ansible.builtin.import_playbook"] for play in site]
     assert imported[0] == "playbooks/validate.yml"
-    # The routers last: their health checks find the engines up.
-    assert imported[1:] == ["playbooks/converge.yml", "playbooks/router.yml", "playbooks/monitoring.yml"]
+    # The fleet's own mirror before any node fetches from it; the routers last: their health
+    # checks find the engines up.
+    assert imported[1:] == ["playbooks/mirror.yml", "playbooks/converge.yml", "playbooks/router.yml",
+                            "playbooks/monitoring.yml"]
     # No playbook per vendor: a run costs the slowest vendor, not the sum of them.
     assert not [p for p in imported if Path(p).stem in vendors.VENDORS]
 
@@ -89,7 +91,7 @@ def test_validation_runs_before_the_fleet_role_loads_any_vendor():
     assert play["any_errors_fatal"] is True
     # Router and monitoring hosts are validated too (against every fleet node), though they are no fleet nodes.
     # ... and no selection of tasks skips it: the pattern goes through the guard of the command line.
-    assert play["hosts"].startswith("{{ 'fleet:router:monitoring' | fleet_validation_not_skipped(groups,")
+    assert play["hosts"].startswith("{{ 'fleet:router:monitoring:mirror' | fleet_validation_not_skipped(groups,")
 
 
 def test_the_router_play_runs_on_the_router_group_only():

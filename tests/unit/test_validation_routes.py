@@ -396,7 +396,7 @@ def test_plain_ansible_playbook_refuses_a_run_without_a_host(tmp_path):
                                    "          ansible_host: 127.0.0.1\n")
     proc = ansible_playbook("-i", str(inv), "site.yml", *NOWHERE)
     assert proc.returncode != 0 and "TASK [" not in proc.stdout
-    assert "it has no host in the group(s) fleet, router or monitoring" in proc.stdout + proc.stderr
+    assert "it has no host in the group(s) fleet, router, monitoring or mirror" in proc.stdout + proc.stderr
 
 
 @pytest.mark.ansible

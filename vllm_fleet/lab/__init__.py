@@ -42,12 +42,15 @@ def default_inventory_dir(name: str) -> Path:
 
 
 def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port_base: int | None = None,
-       inventory_dir: Path | None = None, routers: int = 0, monitors: int = 0, log=print) -> list[dict]:
+       inventory_dir: Path | None = None, routers: int = 0, monitors: int = 0, mirror: bool = False,
+       log=print) -> list[dict]:
     """Bring the lab to the requested shape and return its status.
 
     `routers` adds that many router nodes (router-01, ...: no accelerator, in the inventory's
     `router` group) after the fleet's nodes; `monitors` that many monitoring nodes
-    (monitoring-01, ...: Prometheus, in the `monitoring` group) after them."""
+    (monitoring-01, ...: Prometheus, in the `monitoring` group) after them. `mirror` adds
+    mirror-01 (the group `mirror`: the lab as an air-gapped site), filled with `vllm-fleet mirror
+    sync` from the lab's web root, which then plays the internet only."""
     _check_host()
     vendors = list(vendors)
     unknown = sorted(set(vendors) - set(VENDORS))
@@ -81,7 +84,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
             wanted.append(nodes.Node(name=node_name, vendor=vendor, index=index, ssh_port=paths.ssh_port(index),
                                      machine=f"vf-{name}-{node_name}"))
             index += 1
-    for kind, count in ((nodes.ROUTER, routers), (nodes.MONITORING, monitors)):
+    for kind, count in ((nodes.ROUTER, routers), (nodes.MONITORING, monitors), (nodes.MIRROR, int(mirror))):
         for i in range(1, count + 1):
             node_name = f"{kind}-{i:02d}"
             wanted.append(nodes.Node(name=node_name, vendor=kind, index=index, ssh_port=paths.ssh_port(index),
@@ -109,7 +112,30 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     inventory.write(inv_dir, paths, wanted, manifest)
     (paths.root / "inventory_dir").write_text(str(inv_dir) + "\n")
     log(f"inventory written to {inv_dir}")
+    for node in (n for n in wanted if n.vendor == nodes.MIRROR):
+        fill_mirror(paths, node, inv_dir, log=log)
     return status(name)
+
+
+#: Where the mirror node serves the fleet's mirror from (roles/mirror's default mirror_root).
+MIRROR_ROOT = Path("srv/vllm-fleet-mirror")
+
+
+def fill_mirror(paths, node, inv_dir: Path, log=print) -> None:
+    """Fill the mirror node's disk with what the lab's inventory needs, as a site's operator does:
+    `vllm-fleet mirror sync` on a connected machine (here the controller, whose "internet" is the
+    lab's web root), the directory carried to the mirror host (here written onto its disk)."""
+    from vllm_fleet import inventory as fleet_inventory  # noqa: PLC0415 - Ansible loads slowly
+    from vllm_fleet.mirror import bom, sync  # noqa: PLC0415
+
+    target = paths.nodes_dir / node.name / "root" / MIRROR_ROOT
+    log(f"filling the fleet's mirror on {node.name} from the lab's web root (vllm-fleet mirror sync)")
+    hosts = fleet_inventory.host_vars(inv_dir, pattern="all", keys=bom.KEYS)
+    lines: list[str] = []
+    summary = sync.sync(bom.bill_of_materials(hosts), target, log=lines.append)
+    if not summary.ok:
+        raise LabError(f"the mirror sync for {node.name} failed: " + "; ".join(summary.failed or [summary.refused]))
+    log(f"mirror filled: {len(summary.fetched)} item(s) fetched, {summary.received} bytes")
 
 
 def status(name: str = DEFAULT_LAB) -> list[dict]:

@@ -22,10 +22,12 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 import yaml
 
 from vllm_fleet.lab.paths import CACHE_DIR, FIXTURES_DIR, cache_lock
+from vllm_fleet.mirror import store
 
 # Identity and date of every commit the lab makes, so commit ids never change.
 _GIT_ENV = {
@@ -108,6 +110,39 @@ def build_repo(src: Path, bare: Path, *, submodules: dict[str, tuple[str, str]] 
     # The dumb HTTP protocol needs info/refs and objects/info/packs.
     _git("update-server-info", cwd=bare)
     return {"pinned": pinned, "head": head}
+
+
+def build_github_standin(url: str, ref: str, github_dir: Path) -> str:
+    """Publish a stand-in for a third-party source a fixture's build fetches (CMake's FetchContent:
+    `url` at `ref`) under `github_dir`/<its URL's path>, as GitHub serves it; return its commit.
+
+    Its one commit depends on the URL only, so it is the same on every machine: a fixture that pins
+    a commit (as vLLM pins FlashAttention's) pins this one, and a drift is an error here. A tag is
+    created on it.
+    """
+    path = urlparse(url).path.strip("/")
+    bare = github_dir / path  # where the URL points, with or without .git, as GitHub answers both
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        work.mkdir()
+        _git("init", "-q", "-b", "main", cwd=work)
+        (work / "README.md").write_text(f"Stands in for {url} (vllm-fleet lab): nothing is built from it.\n")
+        _git("add", "-A", cwd=work)
+        _git("commit", "-q", "-m", f"{path}: lab stand-in", cwd=work)
+        commit = _git("rev-parse", "HEAD", cwd=work)
+        if re.fullmatch(r"[0-9a-f]{40}", ref):
+            if ref != commit:
+                raise RuntimeError(f"a lab fixture pins {url} at {ref}, but its stand-in's commit is {commit}: "
+                                   f"pin that one in the fixture (lab/fixtures/repos)")
+        else:
+            _git("tag", ref, cwd=work)
+        if not bare.exists():
+            bare.parent.mkdir(parents=True, exist_ok=True)
+            _git("clone", "-q", "--bare", str(work), str(bare), cwd=Path(tmp))
+        elif not re.fullmatch(r"[0-9a-f]{40}", ref):
+            _git("fetch", "-q", str(work), f"refs/tags/{ref}:refs/tags/{ref}", cwd=bare)
+    _git("update-server-info", cwd=bare)
+    return commit
 
 
 # ---------------------------------------------------------------- wheels
@@ -242,23 +277,9 @@ def sys_python() -> str:
 
 
 def write_simple_index(packages_dir: Path, simple_dir: Path) -> dict[str, list[str]]:
-    """Write a PEP 503 index for every wheel in packages_dir; return project -> files."""
-    projects: dict[str, list[Path]] = {}
-    for whl in sorted(packages_dir.glob("*.whl")):
-        project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
-        projects.setdefault(project, []).append(whl)
-    if simple_dir.exists():
-        shutil.rmtree(simple_dir)
-    simple_dir.mkdir(parents=True)
-    links = []
-    for project, wheels in sorted(projects.items()):
-        (simple_dir / project).mkdir()
-        rows = [f'<a href="../../packages/{w.name}#sha256={sha256_file(w)}">{w.name}</a><br/>' for w in wheels]
-        (simple_dir / project / "index.html").write_text(
-            f"<!DOCTYPE html><html><body><h1>Links for {project}</h1>\n" + "\n".join(rows) + "\n</body></html>\n")
-        links.append(f'<a href="{project}/">{project}</a><br/>')
-    (simple_dir / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
-    return {p: [w.name for w in ws] for p, ws in projects.items()}
+    """Write a PEP 503 index for every wheel in packages_dir; return project -> files (the
+    product's index writer, vllm_fleet.mirror.store, which the fleet's mirror serves too)."""
+    return store.write_index({w.name: sha256_file(w) for w in packages_dir.glob("*.whl")}, simple_dir)
 
 
 # ---------------------------------------------------------------- tokenizer

@@ -30,8 +30,10 @@ from vllm_fleet.lab.paths import LabPaths
 ROUTER = "router"
 #: The kind of a lab node that runs Prometheus for the others (roles/monitoring).
 MONITORING = "monitoring"
+#: The kind of a lab node that serves the fleet's own mirror (roles/mirror): the lab as an air-gapped site.
+MIRROR = "mirror"
 #: Kinds of lab nodes without accelerators (no fleet nodes).
-SERVICE_KINDS = (ROUTER, MONITORING)
+SERVICE_KINDS = (ROUTER, MONITORING, MIRROR)
 # systemd-nspawn exits with this status when the container asked for a reboot.
 NSPAWN_REBOOT_STATUS = 133
 

@@ -18,6 +18,7 @@ import yaml
 
 from vllm_fleet.lab import artifacts, publishers
 from vllm_fleet.lab.paths import FIXTURES_DIR, INVENTORY_TEMPLATES, LabPaths
+from vllm_fleet.mirror.fetch import fetch_content_deps
 
 WEB_SCRIPT = FIXTURES_DIR / "services" / "labweb.py"
 HUB_SCRIPT = FIXTURES_DIR / "services" / "hub.py"
@@ -50,6 +51,9 @@ def build(paths: LabPaths, log=print, vendors=()) -> dict:
     for src in sorted(p for p in repos_dir.iterdir() if p.is_dir()):
         info = artifacts.build_repo(src, new / "git" / f"{src.name}.git")
         manifest["git"][src.name] = {"url": f"{paths.web_url}/git/{src.name}.git", **info}
+        # What their builds fetch from GitHub (CMake's FetchContent), under /github/ (the GitHub proxy).
+        for url, ref in fetch_content_deps(new / "git" / f"{src.name}.git", info["pinned"]):
+            artifacts.build_github_standin(url, ref, new / "github")
 
     # pip index: stand-ins plus the few real wheels.
     packages = new / "pypi" / "packages"

@@ -199,7 +199,7 @@ def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str],
 def _validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str]) -> list[str]:
     if not run_hosts:
         return ["no host of the inventory is in this run (the inventory has no hosts, or -l/--limit matches none); "
-                "accepted: hosts in the groups fleet, router or monitoring"]
+                "accepted: hosts in the groups fleet, router, monitoring or mirror"]
     collected = {h: all_hosts[h] for h in run_hosts}
     fleet = {h: v for h, v in all_hosts.items() if "fleet" in _groups(v)}
     routers = {h: v for h, v in collected.items() if "router" in _groups(v) and "fleet" not in _groups(v)}

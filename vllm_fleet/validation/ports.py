@@ -140,6 +140,11 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
             if is_port_number(port):
                 out.append(Claim(host, _address(host, all_hosts[host]), port, f"Prometheus of {host}",
                                  f"monitoring_prometheus_port = {port}", typed=True))
+    for host in sorted(h for h, v in all_hosts.items() if "mirror" in _groups(v)):
+        port = all_hosts[host].get("mirror_port", role_default("mirror_port"))
+        if is_port_number(port):
+            out.append(Claim(host, _address(host, all_hosts[host]), port, f"the fleet's mirror on {host}",
+                             f"mirror_port = {port}", typed=True))
     return out
 
 

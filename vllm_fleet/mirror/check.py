@@ -1,0 +1,32 @@
+"""An inventory against its mirror: what the hosts would fetch that the mirror's manifest does not
+hold, each a refusal naming host and variable (playbooks/mirror.yml runs it before any fleet node is
+touched)."""
+
+from __future__ import annotations
+
+from vllm_fleet.mirror import bom
+from vllm_fleet.mirror.layout import SOURCE_PATHS, source_default
+
+KEYS = bom.KEYS
+
+
+def missing(hosts: dict[str, dict], manifest: dict, url: str, inventory: str = "") -> list[str]:
+    """Refusals for `hosts` (name -> rendered variables, KEYS) against the mirror at `url`."""
+    problems = []
+    held = set((manifest or {}).get("items") or {})
+    sync = f"vllm-fleet mirror sync -i {inventory or 'INVENTORY'} -o DIR"
+    # The sources a host does not set are the mirror's (roles/fleet): what the nodes need does not
+    # depend on where it comes from, but the bill reads a file's place from them.
+    with_defaults = {h: {**{n: source_default(url, n) for n in SOURCE_PATHS}, **own} for h, own in hosts.items()}
+    try:
+        bill = bom.bill_of_materials(with_defaults)
+    except bom.BillError as exc:
+        return [str(exc)]
+    for key, item in sorted(bill.items.items()):
+        if item.kind == "image" or key in held:
+            continue  # container images are not mirrored yet (docs/air-gapped.md)
+        what = f"pip's resolution of {', '.join(item.specs)}" if item.kind == "pip" else f"{item.kind} {item.key}"
+        problems.append(f"{'; '.join(item.wanted_by)}: needs {what}, which the fleet's mirror at {url} does not "
+                        f"hold; accepted: what the mirror's mirror.json lists: fetch it on a connected machine "
+                        f"({sync}), carry it across (mirror pack, mirror unpack) and run again")
+    return problems

@@ -1,0 +1,297 @@
+"""``vllm-fleet mirror sync``: fill a mirror directory with the bill of materials.
+
+First a plan: for each item, whether the mirror holds it already (read from the manifest and the
+disk only: a second sync contacts nothing for it) or what it will fetch and how large that is (the
+sources' announced sizes, pip's resolution, the hubs' file lists). ``--check`` stops there.
+Otherwise the plan's total is held against the directory's free space before a byte moves, then
+each item is fetched, verified and recorded in the manifest as soon as it is whole, so a sync cut
+off resumes where it stopped. A failed item does not stop the others; the summary names each
+failure with the host and variable that want it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_fleet.mirror import bom, fetch, store
+from vllm_fleet.mirror.fetch import FetchError, human
+from vllm_fleet.mirror.layout import git_path
+
+#: Free space kept beyond what the plan adds (the manifest, indexes, partial files).
+DISK_MARGIN = 64 * 1024 * 1024
+
+
+@dataclass
+class Entry:
+    item: bom.Item
+    present: bool
+    size: int | None = None        # bytes to fetch (None: not known before fetching)
+    detail: dict = field(default_factory=dict)   # what the plan resolved (pip's wheels, a hub's files)
+    error: str = ""
+
+
+@dataclass
+class Summary:
+    entries: list[Entry]
+    fetched: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    received: int = 0
+    refused: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.refused
+
+
+# ---------------------------------------------------------------- the plan
+
+def _present(item: bom.Item, manifest: store.Manifest) -> bool:
+    record = manifest.items.get(f"{item.kind}:{item.key}")
+    if item.kind == "artifact":
+        return manifest.has_file(item.key, item.sha256)
+    if item.kind == "git":
+        return record is not None and fetch.git_has(manifest.root / record["path"], item.ref)
+    if item.kind in ("pip", "model"):
+        return record is not None and all(manifest.has_file(rel) for rel in record["files"])
+    return False
+
+
+def plan(bill: bom.Bill, root: Path, log=print) -> list[Entry]:
+    """Every item with whether it is present, and the size to fetch of those that are not."""
+    manifest = store.Manifest(root)
+    entries = []
+    for item in bill.items.values():
+        entry = Entry(item, _present(item, manifest))
+        if not entry.present:
+            try:
+                _size(entry)
+            except FetchError as exc:
+                entry.error = str(exc)
+        entries.append(entry)
+    # The sources the builds of present repositories fetch are known without fetching anything.
+    for entry in list(entries):
+        if entry.item.kind == "git" and entry.present:
+            for dep in _deps(entry.item, root, bill):
+                entries.append(Entry(dep, _present(dep, manifest)))
+    return entries
+
+
+def _size(entry: Entry) -> None:
+    item = entry.item
+    if item.kind == "artifact":
+        entry.size = next((s for s in map(fetch.head_size, item.sources) if s is not None), None)
+    elif item.kind == "pip":
+        wheels = fetch.pip_resolve(item)
+        entry.detail["wheels"] = wheels
+        sizes = [fetch.head_size(w["url"]) for w in wheels]
+        entry.size = sum(s or 0 for s in sizes)
+    elif item.kind == "model" and item.hub in bom.DEFAULT_REVISION:
+        info = fetch.hub("info", item)
+        entry.detail["info"] = info
+        entry.size = sum(int(f.get("size") or 0) for f in info["files"])
+    elif item.kind == "model":
+        sizes = [fetch.head_size(f"{item.sources[0].rstrip('/')}/{f['name']}") for f in item.files]
+        entry.size = sum(s or 0 for s in sizes) or item.size_hint
+
+
+def _deps(item: bom.Item, root: Path, bill: bom.Bill) -> list[bom.Item]:
+    """What a fetched commit's install fetches in its turn: the FetchContent sources of its build, as
+    git items (through the GitHub proxy the wanting hosts' inventory names), and, for a pinned source
+    installed into a venv, its build requirements and its requirements, each a pip set resolved for
+    that venv's Python and architecture."""
+    repo = root / item.key.rpartition("@")[0]
+    github = item.index.get("github_mirror", "")
+    out = []
+    if item.python:
+        for what, specs in zip(("build requirements", "requirements"), fetch.source_requirements(repo, item.ref),
+                               strict=True):
+            if specs:
+                out.append(bill.add(bom.pip_item(specs, item.python, item.arch, item.index),
+                                    f"{item.key}: its {what}"))
+    for url, tag in fetch.fetch_content_deps(repo, item.ref):
+        dep = bom.Item("git", f"{git_path(url)}@{tag}", sources=bom.via_github_mirror(url, github), ref=tag,
+                       index={"github_mirror": github})
+        known = bill.add(dep, f"{item.key}: FetchContent")
+        out.append(known)
+    return out
+
+
+# ---------------------------------------------------------------- the sync
+
+def sync(bill: bom.Bill, root: Path, *, check: bool = False, log=print) -> Summary:
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    entries = plan(bill, root, log)
+    summary = Summary(entries, skipped=list(bill.skipped))
+    _print_plan(entries, bill, log)
+    if check:
+        return summary
+    wanted = sum(e.size or 0 for e in entries if not e.present)
+    free = shutil.disk_usage(root).free
+    if wanted + DISK_MARGIN > free:
+        summary.refused = (f"{root} has {human(free)} free; this sync adds {human(wanted)} (and needs "
+                           f"{human(DISK_MARGIN)} to spare): free space or choose another directory; "
+                           "nothing was fetched")
+        log(f"refused: {summary.refused}")
+        return summary
+    manifest = store.Manifest(root)
+    queue = [e for e in entries if not e.present]
+    done = 0
+    while queue:
+        entry = queue.pop(0)
+        done += 1
+        item = entry.item
+        label = f"[{done}/{done + len(queue)}] {item.kind} {item.key}"
+        if item.kind == "image":
+            summary.skipped.append(f"{label}: container images are not mirrored yet; "
+                                   f"wanted by {', '.join(item.wanted_by)}")
+            continue
+        log(f"{label}: fetching {human(entry.size) if entry.size is not None else '(size known after)'}")
+        started = time.monotonic()
+        try:
+            received = _FETCHERS[item.kind](entry, manifest, log)
+        except (FetchError, OSError) as exc:
+            summary.failed.append(f"{item.kind} {item.key}: {exc} (wanted by {', '.join(item.wanted_by)})")
+            log(f"{label}: FAILED: {exc}")
+            continue
+        manifest.save()
+        summary.received += received
+        summary.fetched.append(f"{item.kind} {item.key}")
+        log(f"{label}: done, {human(received)} in {time.monotonic() - started:.1f} s")
+        if item.kind == "git":
+            queue += [Entry(d, _present(d, manifest)) for d in _deps(item, root, bill)
+                      if not _present(d, manifest) and all(d is not q.item for q in queue)]
+    if any(e.item.kind == "pip" for e in entries):
+        store.write_simple_index(root)
+    manifest.save()
+    _print_summary(summary, log)
+    return summary
+
+
+def _artifact(entry: Entry, manifest: store.Manifest, log) -> int:
+    item = entry.item
+    received, sha = fetch.http_file(item.sources, manifest.root / item.key, item.sha256, _progress(item.key, log))
+    manifest.add_file(item.key, sha)
+    manifest.items[f"artifact:{item.key}"] = {"path": item.key, "sha256": sha, "wanted_by": item.wanted_by}
+    return received
+
+
+def _git(entry: Entry, manifest: store.Manifest, log) -> int:
+    item = entry.item
+    path = item.key.rpartition("@")[0]
+    repo = manifest.root / path
+    before = _tree_size(repo)
+    fetch.git_fetch(item.sources, repo, item.ref)
+    record = manifest.items.setdefault(f"git:{item.key}", {"path": path, "commits": [], "tags": []})
+    record["wanted_by"] = item.wanted_by
+    record["commits" if fetch.git_ref(repo, item.ref)[0] == item.ref else "tags"] = [item.ref]
+    return max(_tree_size(repo) - before, 0)
+
+
+def _pip(entry: Entry, manifest: store.Manifest, log) -> int:
+    item = entry.item
+    wheels = entry.detail.get("wheels") or fetch.pip_resolve(item)
+    received, files = 0, []
+    for wheel in wheels:
+        rel = f"pypi/packages/{fetch.wheel_file(wheel['url'])}"
+        if not manifest.has_file(rel, wheel["sha256"] or None):
+            got, sha = fetch.http_file([wheel["url"]], manifest.root / rel, wheel["sha256"] or None,
+                                       _progress(rel, log))
+            received += got
+            manifest.add_file(rel, sha)
+        files.append(rel)
+    manifest.items[f"pip:{item.key}"] = {"specs": item.specs, "python": item.python, "arch": item.arch,
+                                         "files": files, "wanted_by": item.wanted_by}
+    return received
+
+
+def _model(entry: Entry, manifest: store.Manifest, log) -> int:
+    item = entry.item
+    if item.hub == "url":
+        received, files = 0, []
+        for f in item.files:
+            rel = f"{item.key}/{f['name']}"
+            got, sha = fetch.http_file([f"{item.sources[0].rstrip('/')}/{f['name']}"], manifest.root / rel,
+                                       f["sha256"], _progress(rel, log))
+            received += got
+            manifest.add_file(rel, sha)
+            files.append(rel)
+        manifest.items[f"model:{item.key}"] = {"files": files, "wanted_by": item.wanted_by}
+        return received
+    info = entry.detail.get("info") or fetch.hub("info", item)
+    if not info["files"]:
+        raise FetchError(f"the hub lists no file in {item.key[len('models/'):]}")
+    # Under the revision the inventory names (what a node asks the mirror for); the commit it
+    # named when synced is in the manifest.
+    rel_dir = item.key
+    local = manifest.root / rel_dir
+    local.mkdir(parents=True, exist_ok=True)
+    before = _tree_size(local)
+    fetch.hub("download", item, local)
+    files = []
+    for f in info["files"]:
+        rel = f"{rel_dir}/{f['name']}"
+        if not (manifest.root / rel).is_file():
+            raise FetchError(f"{f['name']} is listed by the hub but was not downloaded")
+        if f.get("size") is not None and (manifest.root / rel).stat().st_size != int(f["size"]):
+            raise FetchError(f"{f['name']}: {(manifest.root / rel).stat().st_size} bytes, the hub lists {f['size']}")
+        manifest.add_file(rel)
+        files.append(rel)
+    # The sha256 manifest of the snapshot, beside it (sha256sum -c reads it).
+    sums = manifest.root / f"{rel_dir}.sha256"
+    sums.write_text("".join(f"{manifest.files[rel]['sha256']}  {rel[len(rel_dir) + 1:]}\n" for rel in files))
+    manifest.items[f"model:{item.key}"] = {"revision": info["revision"], "dir": rel_dir, "files": files,
+                                           "wanted_by": item.wanted_by}
+    return max(_tree_size(local) - before, 0)
+
+
+_FETCHERS = {"artifact": _artifact, "git": _git, "pip": _pip, "model": _model}
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def _progress(name: str, log):
+    """A progress callback that logs a line per tenth of a file of at least 64 MB."""
+    state = {"tenth": 0}
+
+    def report(got: int, total: int | None) -> None:
+        if not total or total < 64 * 1024 * 1024:
+            return
+        tenth = got * 10 // total
+        if tenth > state["tenth"]:
+            state["tenth"] = tenth
+            log(f"  {name}: {human(got)} of {human(total)}")
+    return report
+
+
+def _print_plan(entries: list[Entry], bill: bom.Bill, log) -> None:
+    for entry in entries:
+        item = entry.item
+        size = human(entry.size) if entry.size is not None else "size known after fetching"
+        what = "present" if entry.present else (f"FAILS: {entry.error}" if entry.error else f"to fetch, {size}")
+        log(f"{item.kind:8} {item.key}: {what}")
+        if item.kind == "pip" and not entry.present:
+            for wheel in entry.detail.get("wheels", []):
+                log(f"           {wheel['name']}=={wheel['version']}")
+    for line in bill.skipped:
+        log(f"skipped  {line}")
+    missing = [e for e in entries if not e.present]
+    total = sum(e.size or 0 for e in missing)
+    unknown = sum(e.size is None for e in missing)
+    log(f"{len(entries)} item(s): {len(entries) - len(missing)} present, {len(missing)} to fetch, {human(total)}"
+        + (f" (and {unknown} of a size known only after fetching)" if unknown else ""))
+
+
+def _print_summary(summary: Summary, log) -> None:
+    log(f"fetched {len(summary.fetched)} item(s), {human(summary.received)}; "
+        f"{sum(e.present for e in summary.entries)} already present; {len(summary.failed)} failed")
+    for line in summary.failed:
+        log(f"failed: {line}")
+    for line in summary.skipped:
+        log(f"skipped: {line}")
