@@ -24,9 +24,9 @@ description:
     be reached, does not.
   - Every O(device_checks) command, run once per device of O(devices) with C({device}) in
     its arguments replaced, exits 0 with output matching its C(expect) pattern (on Ascend,
-    C(hccn_tool -i N -link -g) and C(-net_health -g): the vendor's contract lists them).
+    C(hccn_tool -i N -link -g) and C(-net_health -g), as the vendor's contract lists them).
   - Never changes anything, so it runs the same in check mode.
-  - Written for vllm-fleet because no module of ansible.builtin does this:
+  - Written for vllm-fleet because no module of ansible.builtin does this;
     M(ansible.builtin.wait_for) connects from whatever address the kernel picks and cannot
     tell a refused connection (reached) from one that was never answered.
 version_added: "0.1.0"

@@ -17,7 +17,7 @@ DOCUMENTATION = r"""
 module: fleet_state
 short_description: Record a converged node's state, or tell whether the node still has it
 description:
-  - With O(state=record) (the last step of a successful full converge) writes O(path): the
+  - With O(state=record) (the last step of a successful full converge) writes O(path), which holds the
     run's O(inputs) digest, a snapshot of everything under O(roots) (see
     C(module_utils/vllm_fleet_state.py) for what is compared and how Python environments,
     git checkouts and model directories fold), the enabled units of the snapshot's
@@ -92,9 +92,28 @@ options:
     type: str
   accelerators:
     description: With O(state=record), the accelerators' facts as the run read them last
-      (C(ansible_facts.accelerators): preflight's, or the driver gate's after a change), recorded
+      (C(ansible_facts.accelerators), preflight's or the driver gate's after a change), recorded
       instead of reading the devices again; O(vendor) is then not read.
     type: dict
+"""
+
+EXAMPLES = r"""
+- name: Read the node's whole state against its last converge
+  fleet_state:
+    inputs: "{{ hostvars | fleet_inputs_digest(inventory_hostname, groups) }}"
+    vendor: ascend
+  register: _fleet_state
+
+- name: Record what the node now is, at the end of a successful full converge
+  fleet_state:
+    state: record
+    inputs: "{{ _fleet_state.inputs }}"
+    roots: [/opt/vllm-fleet, /etc/systemd/system/vllm-fleet-qwen.service]
+    skip: [/var/lib/vllm-fleet/home]
+    markers: [.fleet-complete]
+    health: ["http://127.0.0.1:8000/health"]
+    accelerators: "{{ ansible_facts['accelerators'] }}"
+  changed_when: false
 """
 
 RETURN = r"""
