@@ -75,6 +75,10 @@ def fleet_validation_not_skipped(pattern, groups=None, limit=None, sources=None)
     looking = any(args.get(k) for k in ("syntax", "listhosts", "listtasks", "listtags"))
     if groups is not None and not looking:
         members = {str(g): {str(h) for h in hosts} for g, hosts in _plain(groups).items()}
+        problem = files.no_inventory_problem([str(s) for s in sources or []],
+                                             len(set().union(*members.values())) if members else 0)
+        if problem:
+            raise AnsibleFilterError(problem)
         problem = files.surely_no_hosts(members, str(pattern), str(limit) if limit else None,
                                         ", ".join(str(s) for s in sources or []) or "(given)")
         if problem:

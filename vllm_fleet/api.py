@@ -33,7 +33,7 @@ from typing import Any
 from vllm_fleet import bench as _bench
 from vllm_fleet import canary as _canary
 from vllm_fleet import inventory as _inventory
-from vllm_fleet import live_status
+from vllm_fleet import live_status, role_specs
 from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.mirror import bom as _mirror_bom
@@ -240,7 +240,7 @@ def components_table(components: dict[str, list[dict]]) -> list[str]:
 
 def _secret_values(secrets: dict | None) -> list[str]:
     """Every value inside `secrets` (all of them are secret), longest first."""
-    return secrets_mod.secret_values(secrets or {}, secret=True)
+    return secrets_mod.secret_values(secrets or {}, role_specs.secret_declarations(), secret=True)
 
 
 def _environment_secrets() -> list[str]:

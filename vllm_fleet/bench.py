@@ -151,6 +151,16 @@ def base_url(address: str, port: int) -> str:
         return f"http://{address}:{port}"
 
 
+def _needs_key(model: dict) -> bool:
+    """Whether the engine of a resolved model refuses requests without an API key: validation
+    demands one of a model beyond loopback that is not declared unauthenticated."""
+    try:
+        loopback = ipaddress.ip_address(str(model.get("listen"))).is_loopback
+    except ValueError:
+        loopback = False
+    return not loopback and not model.get("unauthenticated")
+
+
 def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = None,
                           secrets: dict | None = None, only: list[str] | None = None) -> list[Target]:
     """The chat models of the hosts (the kinds whose smoke request is a chat completion),
@@ -178,6 +188,12 @@ def targets_from_hostvars(hostvars: dict[str, dict], extravars: dict | None = No
                            f"{hv.get('ansible_host') or host}; give it a listen address (fleet_serve_listen "
                            "or the model's listen)") if router.unreachable_from("127.0.0.1", host, hv, model) else None
             key = fleet_models.host_engine_api_key(hv, model["name"])
+            if not key and _needs_key(model):
+                # Without it every request would be refused (401), and a --dry-run would print
+                # command lines without --api-key: neither is the run asked for.
+                raise BenchError(f"host {host}: {model['name']} listens on {model['listen']} behind an API key "
+                                 "(fleet_serve_api_key or its secret_env.VLLM_API_KEY) that this inventory does not "
+                                 "hold in clear: give it with --secrets FILE")
             out.append(Target(host=host, name=model["name"], served=model["served_model_name"][0],
                               url=base_url(router.node_address(host, hv, model), model["port"]),
                               names=[n for n in names if n], api_key=key, unreachable=unreachable))

@@ -1,19 +1,22 @@
 """The `vllm-fleet` command line.
 
-    vllm-fleet provision [-i INVENTORY] [-l GROUP] [--check] [--full] [--prune] [-e VARS] [--secrets FILE] [--json]
-    vllm-fleet plan      [-i INVENTORY] -o DIR [-l GROUP] [--json]
-    vllm-fleet doctor    [-i INVENTORY] [-l GROUP] [--json]
-    vllm-fleet verify    [-i INVENTORY] [-l GROUP] [--json]
-    vllm-fleet rollback  [-i INVENTORY] [-l HOSTS] [--json]
-    vllm-fleet rollout   [-i INVENTORY] [-l HOSTS] [--serial N|P%] [--max-fail-percentage P]
+    vllm-fleet provision -i INVENTORY [-l GROUP] [--check] [--full] [--prune] [-e VARS] [--secrets FILE] [--json]
+    vllm-fleet plan      -i INVENTORY -o DIR [-l GROUP] [--json]
+    vllm-fleet doctor    -i INVENTORY [-l GROUP] [--json]
+    vllm-fleet verify    -i INVENTORY [-l GROUP] [--json]
+    vllm-fleet rollback  -i INVENTORY [-l HOSTS] [--json]
+    vllm-fleet rollout   -i INVENTORY [-l HOSTS] [--serial N|P%] [--max-fail-percentage P]
                          [--canary N --gate bench [--history-dir DIR] [--accuracy-set DIR]] [--json]
-    vllm-fleet status    [-i INVENTORY] [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
-    vllm-fleet bench     [-i INVENTORY] [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N]
+    vllm-fleet status    -i INVENTORY [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
+    vllm-fleet bench     -i INVENTORY [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N]
                          [--evalscope ...] [--history] [--json]
     vllm-fleet lab up|down|status|start|stop
 
 Every command that runs a playbook takes --strict: validation refuses what it would otherwise
 warn about (a value the inventory sets that never reaches a host, a variable nothing reads).
+
+Every command that reads an inventory acts only on the one named with -i: there is no default
+(neither the lab's nor the checkout's), and a command without one exits 64 saying so.
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 the inventory is
 invalid (nothing was changed), 64 wrong usage, 1 anything else; `status`: 5 a model or
@@ -34,10 +37,13 @@ import yaml
 from vllm_fleet import __version__, api, bench, canary, lab, live_status
 from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from vllm_fleet.exit_codes import EXIT_UNREACHABLE as EXIT_UNREACHABLE  # re-exported: cli.EXIT_UNREACHABLE
-from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet.vendors import VENDORS
 
-DEFAULT_INVENTORY = "inventories/lab"
+#: -i's help: no command falls back to an inventory it was not given (issue 35, item 2).
+INVENTORY_HELP = "the inventory to act on (required; the lab's, after `vllm-fleet lab up`: inventories/lab)"
+EXIT_CODES = ("Exit codes: 0 ok, 1 an error of vllm-fleet or Ansible, 2 a host failed, 3 a host was unreachable, "
+              "4 the inventory is invalid (nothing changed), 5 (status) a model or device is down, "
+              "64 wrong usage (an option, a missing -i, a file that cannot be read), 130 interrupted.")
 HISTORY_DIR = canary.HISTORY_DIR
 
 
@@ -147,20 +153,27 @@ def parse_extravars(items: list[str]) -> dict:
 def load_secrets(path: str | None) -> dict | None:
     if not path:
         return None
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--secrets {path}: no such file (a YAML mapping of secret variables: "
+                                "hub tokens, API keys)")
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict):
         raise ValueError(f"--secrets {path}: expected a YAML mapping of variables")
     return data
 
 
-def _inventory(path: str) -> str:
+def _inventory(path: str | None) -> str:
+    """The inventory named with -i, resolved against the working directory only: never a default,
+    never the checkout vllm-fleet was installed from (a command acts on what it was given)."""
+    if not path:
+        raise ValueError("no inventory given: name the one to act on with -i inventories/<yours> "
+                         "(the lab's, after `vllm-fleet lab up`: -i inventories/lab); vllm-fleet has no default")
     p = Path(path)
     if p.exists():
         return str(p.resolve())
-    if (PROJECT_DIR / p).exists():
-        return str((PROJECT_DIR / p).resolve())
-    raise FileNotFoundError(f"inventory {path} does not exist" + (
-        " (boot the lab first: vllm-fleet lab up)" if path == DEFAULT_INVENTORY else ""))
+    lab = p.name.startswith("lab")
+    raise FileNotFoundError(f"inventory {path} does not exist (relative to {Path.cwd()})"
+                            + (" (boot the lab first: vllm-fleet lab up)" if lab else ""))
 
 
 # ------------------------------------------------------------------ commands
@@ -327,9 +340,10 @@ def cmd_bench(args) -> int:
         print(json.dumps(rows, indent=2) if args.json else canary.history_table(rows))
         return EXIT_OK
     try:
+        # The options first (a missing --secrets file), then the inventory (Ansible's reader).
+        extravars, secrets = parse_extravars(args.extra_vars), load_secrets(args.secrets)
         targets = bench.targets_from_hostvars(bench.inventory_hostvars(_inventory(args.inventory), args.limit),
-                                              parse_extravars(args.extra_vars), load_secrets(args.secrets),
-                                              args.model or None)
+                                              extravars, secrets, args.model or None)
         if args.evalscope is not None:
             overrides = {k: v for k, v in (("parallel", args.parallel), ("number", args.number)) if v}
             if args.prompt_length:
@@ -367,15 +381,28 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
         print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
 
 
+def _seconds(low: float, high: float):
+    """An argparse type: a number of seconds from `low` to `high` (a --watch of 0 would redraw
+    without pause, a negative --window read nothing)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not from {low:g} to {high:g} seconds")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm-fleet", description="Provision vLLM inference nodes with Ansible.",
-                                     epilog="Exit codes: 0 ok, 2 failed host, 3 unreachable host, 4 invalid inventory, "
-                                            "5 (status) something down.")
+                                     epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"vllm-fleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run_options(p, check: bool = False):
-        p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"inventory (default: {DEFAULT_INVENTORY})")
+        p.add_argument("-i", "--inventory", help=INVENTORY_HELP)
         p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
         p.add_argument("-e", "--extra-vars", action="append", default=[],
                        help="extra variables: KEY=VALUE, a JSON mapping or @FILE (repeatable)")
@@ -435,19 +462,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("status", help="every model on every node: unit, health, load, KV cache, tokens/s, devices")
-    p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"inventory (default: {DEFAULT_INVENTORY})")
+    p.add_argument("-i", "--inventory", help=INVENTORY_HELP)
     p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
     p.add_argument("--secrets", help="YAML file of secret variables (API keys); sent to the engines, never printed")
     p.add_argument("--json", action="store_true", help="print the result as JSON (one object per refresh with --watch)")
-    p.add_argument("--window", type=float, default=1.0, help="seconds between the two /metrics reads (default 1)")
-    p.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
-                   help="refresh in place every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--window", type=_seconds(0.1, 600), default=1.0,
+                   help="seconds between the two /metrics reads, 0.1 to 600 (default 1)")
+    p.add_argument("--watch", type=_seconds(0.5, 86400), nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh in place every SECONDS, 0.5 to 86400 (default 2), until Ctrl-C")
     p.add_argument("--no-ssh", action="store_true",
                    help="read only the models' HTTP endpoints (no unit state, no devices)")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("bench", help="seed 000's multi-turn chat test (characters/s) on every chat model; "
                                      "--evalscope: seed 001's evalscope checks")
-    p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"inventory (default: {DEFAULT_INVENTORY})")
+    p.add_argument("-i", "--inventory", help=INVENTORY_HELP)
     p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
     p.add_argument("-e", "--extra-vars", action="append", default=[],
                    help="extra variables (as for provision: the listen address, ports) KEY=VALUE, JSON or @FILE")

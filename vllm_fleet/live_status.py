@@ -42,6 +42,7 @@ from vllm_fleet import router, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.inventory import HOST_KEYS
 from vllm_fleet.models import host_engine_api_key, unit_name
+from vllm_fleet.role_specs import secret_declarations
 from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
 from vllm_fleet.secrets import secret_values as all_secret_values
 from vllm_fleet.state import leftover_units
@@ -236,7 +237,9 @@ def table(result: StatusResult) -> list[str]:
         out.append(f"{model}: NO HEALTHY REPLICA LEFT: every node serving it is down or quarantined, "
                    "so its routers answer 503")
     verdict = "all up" if result.ok else (f"{len(result.down)} down" if result.down else "not everything could be read")
-    out.append(f"{len(result.rows)} model(s) on {len(result.nodes)} node(s), {verdict}; "
+    # With --no-ssh no node is read over SSH (result.nodes is empty): the rows name their nodes.
+    nodes = set(result.nodes) | {r.node for r in result.rows}
+    out.append(f"{len(result.rows)} model(s) on {len(nodes)} node(s), {verdict}; "
                f"tokens/s over {result.window:.1f} s; read in {result.duration:.1f} s")
     return out
 
@@ -529,7 +532,8 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
             rows.append(row)
     # The engines' keys and every value of `secrets`, at any depth (as the API masks them).
     secret_values = sorted({k for k in keys.values() if len(k.strip()) >= MIN_MASKED_LENGTH}
-                           | set(all_secret_values(secrets or {}, secret=True)), key=len, reverse=True)
+                           | set(all_secret_values(secrets or {}, secret_declarations(), secret=True)),
+                           key=len, reverse=True)
     nodes: dict[str, NodeStatus] = {}
     lock = threading.Lock()
 

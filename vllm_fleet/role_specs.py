@@ -43,3 +43,18 @@ def role_classes() -> dict[str, str]:
     for path in sorted(ROLES_DIR.glob("*/meta/classes.yml")):
         classes.update({str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()})
     return classes
+
+
+@lru_cache(maxsize=1)
+def secret_declarations() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """What the roles declare secret, for vllm_fleet.secrets.secret_values (the one rule of what a
+    secret is, for masking and validation alike): the variables of class secret or secrets
+    (meta/classes.yml), and, for every variable whose spec lists suboptions, the ones marked
+    no_log (router_api_keys: a team's key, not its name or its requests_per_minute)."""
+    variables = frozenset(n for n, c in role_classes().items() if c in ("secret", "secrets"))
+    suboptions = {}
+    for name, (_, spec) in role_options().items():
+        options = spec.get("options")
+        if isinstance(options, dict):
+            suboptions[name] = frozenset(k for k, o in options.items() if isinstance(o, dict) and o.get("no_log"))
+    return variables, suboptions

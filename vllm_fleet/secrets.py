@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -53,28 +53,58 @@ def is_secret_path(parts: Iterable[Any]) -> bool:
     return any(isinstance(p, str) and SECRET_NAME.search(p) for p in parts)
 
 
-def secret_values(tree: Any, secret: bool = False) -> list[str]:
-    """Every string and number under a key named like a secret, at any depth of `tree`, and when
-    `secret` (a `--secrets` file's tree) every string of it too, except the values of NAME_KEYS;
-    longest first so that a secret containing another is masked whole. A `--secrets` file holds
-    a team's key beside its name: the key is masked, the name (printed by status and the
-    router's counters) is not."""
+def secret_values(tree: Any, declarations: tuple[Collection[str], Mapping[str, Collection[str]]],
+                  secret: bool = False) -> list[str]:
+    """The secret values of `tree` (a host's variables, or a `--secrets` file's when `secret`),
+    longest first so that a secret containing another is masked whole. The one rule of what a
+    secret is, for validation's messages, the runner's events and artifacts, plans, status and
+    bench alike: keys and tokens, and nothing else.
+
+    A secret is a string or a number under a key named like a secret (SECRET_NAME), under a variable declared one
+    (`declarations[0]`, role_specs.secret_declarations), or, when `secret`, a string anywhere; except
+    the values of NAME_KEYS (a team's or model's name, printed by status and the router's
+    counters) and, under a variable whose spec lists suboptions (`declarations[1]`: variable ->
+    its no_log suboptions), every suboption not marked no_log: a team's requests_per_minute
+    of 8000 is no secret, and `--port 8000` stays readable in a plan."""
+    declared, suboptions = declarations
     found: set[str] = set()
 
-    def walk(value, named: bool):
+    def leaf(value, named: bool, anywhere: bool):
+        if value is None or isinstance(value, bool):
+            return
+        if isinstance(value, str):
+            if (named or anywhere) and len(value.strip()) >= MIN_MASKED_LENGTH:
+                found.add(value)
+        elif isinstance(value, (int, float)) and named and len(str(value)) >= MIN_MASKED_LENGTH:
+            found.add(str(value))
+
+    def walk(value, named: bool, anywhere: bool = secret):
         if isinstance(value, dict):
             for k, v in value.items():
                 if str(k) not in NAME_KEYS:
-                    walk(v, named or bool(SECRET_NAME.search(str(k))))
+                    walk(v, named or bool(SECRET_NAME.search(str(k))), anywhere)
         elif isinstance(value, (list, tuple)):
             for v in value:
-                walk(v, named)
-        elif (named or (secret and isinstance(value, str))) and value is not None and not isinstance(value, bool):
-            text = str(value)
-            if len(text.strip()) >= MIN_MASKED_LENGTH:
-                found.add(text)
+                walk(v, named, anywhere)
+        else:
+            leaf(value, named, anywhere)
 
-    walk(tree, False)
+    if not isinstance(tree, dict):
+        walk(tree, False)
+    for name, value in (tree.items() if isinstance(tree, dict) else ()):
+        name = str(name)
+        if name in suboptions:
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, dict):
+                    for key, sub in item.items():
+                        if str(key) in suboptions[name]:
+                            walk(sub, True)
+                        elif str(key) not in NAME_KEYS:
+                            walk(sub, False, anywhere=False)  # declared no secret, even in a --secrets file
+                else:
+                    walk(item, True)  # not the declared structure (validation refuses it): masked whole
+        elif name not in NAME_KEYS:
+            walk(value, name in declared or bool(SECRET_NAME.search(name)))
     return sorted(found, key=len, reverse=True)
 
 

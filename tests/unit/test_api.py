@@ -87,8 +87,10 @@ def test_secret_values_cover_nested_secrets():
 
 
 @pytest.mark.parametrize("tree,masked,shown", [
-    # A team's key is masked; its name, which status and the router's counters print, is not.
-    ({"router_api_keys": [{"name": "research", "key": "k" * 20}]}, ["k" * 20], ["research"]),
+    # A team's key is masked; its name, which status and the router's counters print, is not,
+    # nor its limit (a suboption its spec does not mark no_log), which may equal a port.
+    ({"router_api_keys": [{"name": "research", "key": "k" * 20, "requests_per_minute": 8000}]}, ["k" * 20],
+     ["research", "8000"]),
     # Outside a secret's name, a --secrets file's strings are secrets, its numbers are not.
     ({"my_vault": {"value": "v" * 12, "port": 8443}}, ["v" * 12], ["8443"]),
     # Names are never secrets, even under a secret's name; numbers named like secrets are.

@@ -200,6 +200,22 @@ def test_secrets_are_masked_in_the_plan(tmp_path):
     assert "EnvironmentFile=/etc/vllm-fleet/vllm-m.secret.env" in unit
 
 
+@pytest.mark.ansible
+def test_a_team_limit_equal_to_a_port_leaves_the_port_readable(tmp_path):
+    """One rule of what a secret is (vllm_fleet.secrets.secret_values): a team's key is masked in
+    the plan, its requests_per_minute (no secret by its spec) is not, even where it equals a port."""
+    from vllm_fleet import api  # noqa: PLC0415 - ansible-runner only where a test runs a plan
+
+    key = "team-key-" + "z" * 16
+    result = api.plan("inventories/example", tmp_path / "plan", limit="nvidia-nodes",
+                      extravars={"fleet_serve_base_port": 8123},
+                      secrets={"router_api_keys": [{"name": "team-a", "key": key, "requests_per_minute": 8123}]})
+    assert result.ok, str(result)
+    units = "".join(p.read_text() for p in (tmp_path / "plan").rglob("*.service"))
+    assert "--port 8123" in units and "********" not in units.replace("VLLM_API_KEY=********", "")
+    assert not any(key in p.read_text() for p in (tmp_path / "plan").rglob("*") if p.is_file())
+
+
 def test_systemd_splitter_round_trips_render():
     argv = ["/bin/x", "plain", 'a "quoted" json', "100%", "$HOME", "back\\slash", "{\"k\": [1, 2]}"]
     assert split_exec(render.systemd_command(argv)) == argv

@@ -54,6 +54,9 @@ def write(inv_dir: Path, paths: LabPaths, nodes: list, manifest: dict) -> None:
         remove(inv_dir)
     inv_dir.mkdir(parents=True)
     (inv_dir / MARKER).write_text(f"written by `vllm-fleet lab up` for lab {paths.name}; `lab down` removes it\n")
+    # This machine's ports, keys and checksums: never committed, wherever the inventory is
+    # written (the repository ignores no inventory of its own: a site's are committed).
+    (inv_dir / ".gitignore").write_text(f"# written by `vllm-fleet lab up` for lab {paths.name}: never committed\n*\n")
     for tpl in sorted(INVENTORY_TEMPLATES.rglob("*.j2")):
         rel = tpl.relative_to(INVENTORY_TEMPLATES)
         if rel.parts[0] == "host_vars":

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
+from vllm_fleet.role_specs import secret_declarations
 from vllm_fleet.secrets import SECRET_NAME
-from vllm_fleet.secrets import secret_values as _named_secret_values
+from vllm_fleet.secrets import secret_values as _secret_values
 from vllm_fleet.validation import (
     accounts,
     classes,
@@ -72,11 +73,9 @@ CONNECTION_VARIABLES = ("ansible_host", "ansible_port", *accounts.CONNECTION_USE
 
 
 def secret_values(host_vars: dict) -> list[str]:
-    """The host's secret values, to mask in every message: those under a secret's name
-    (vllm_fleet.secrets.secret_values) and those of every variable declared a secret."""
-    declared = {name: host_vars[name] for name in host_vars if classes.class_of(name) in ("secret", "secrets")}
-    return sorted(set(_named_secret_values(host_vars)) | set(_named_secret_values({"secret": declared})),
-                  key=len, reverse=True)
+    """The host's secret values, to mask in every message: vllm_fleet.secrets.secret_values, the
+    one rule (by name, by declared class, by the specs' no_log suboptions)."""
+    return _secret_values(host_vars, secret_declarations())
 
 
 def _groups(host_vars: dict) -> set[str]:

@@ -595,6 +595,18 @@ def surely_no_hosts(groups: dict[str, set[str]], pattern: str, limit: str | None
     return no_hosts_problem(inventory, pattern, limit, len(run), len(every))
 
 
+def no_inventory_problem(sources: list[str], hosts: int) -> str | None:
+    """The message for a run given no inventory: none of its `sources` exists (ansible-playbook
+    without -i reads /etc/ansible/hosts, and vllm-fleet's ansible.cfg names none on purpose) and
+    it has no host; None otherwise."""
+    if hosts or any(Path(s).exists() for s in sources):
+        return None
+    named = ", ".join(sources) or "none"
+    return (f"no inventory was given (sources read: {named}, which do not exist), so this run would act on "
+            "nothing; name the inventory to act on: ansible-playbook -i inventories/<yours> site.yml "
+            "(the lab's, after `vllm-fleet lab up`: -i inventories/lab)")
+
+
 def no_hosts_problem(inventory: str, pattern: str, limit: str | None, in_groups: int, in_inventory: int) -> str:
     """The message for a run that would have no host: `in_groups` hosts of the inventory are in
     `pattern`'s groups (before the limit), `in_inventory` hosts in all."""

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 
-from vllm_fleet.role_specs import role_options
+from vllm_fleet.role_specs import role_options, secret_declarations
 from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, redact_credentials, url_has_credentials
-from vllm_fleet.validation.classes import class_of
 from vllm_fleet.validation.problem import Problem, leaves
 
 #: Keys and tokens: what a client presents, so long enough not to be guessed.
@@ -40,12 +39,11 @@ def _structured(path: tuple) -> bool:
     return bool(spec and spec[1].get("type") in ("dict", "list"))
 
 
-def _secret_options(path: tuple) -> set[str] | None:
+def _secret_options(path: tuple) -> frozenset[str] | None:
     """The suboptions a role variable's spec marks as secrets (no_log), where its spec lists
-    suboptions (router_api_keys: each team's `key`, not its name or limit); None otherwise."""
-    spec = role_options().get(str(path[0])) if len(path) == 1 else None
-    options = spec[1].get("options") if spec else None
-    return {k for k, o in options.items() if o.get("no_log")} if options else None
+    suboptions (router_api_keys: each team's `key`, not its name or limit); None otherwise.
+    The same declarations as masking's (vllm_fleet.secrets.secret_values)."""
+    return secret_declarations()[1].get(str(path[0])) if len(path) == 1 else None
 
 
 def _secret_leaves(value, path: tuple, inside: bool):
@@ -63,7 +61,7 @@ def _secret_leaves(value, path: tuple, inside: bool):
         return
     if isinstance(value, dict):
         for k, v in value.items():
-            declared = not path and class_of(str(k)) in ("secret", "secrets")
+            declared = not path and str(k) in secret_declarations()[0]
             yield from _secret_leaves(v, path + (k,), inside or declared or bool(SECRET_NAME.search(str(k))))
     elif isinstance(value, list):
         for i, v in enumerate(value):

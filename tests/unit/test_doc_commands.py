@@ -1,0 +1,161 @@
+"""No command acts on an inventory it was not given (issue 35, item 2).
+
+- Every command line in a fenced block of README.md and docs/ that reads an inventory
+  (`ansible-playbook ...`, `vllm-fleet provision|plan|doctor|verify|rollback|rollout|status|bench`,
+  `vllm-fleet mirror sync`) names one with -i; the vllm-fleet ones that are not synopses
+  (no `[...]`) are accepted by the CLI's own parser as written.
+- The CLI has no default inventory: a command without -i exits 64 saying how to give one;
+  plain ansible-playbook with the shipped ansible.cfg and no -i stops before any play, saying so.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ansible_playbook
+from vllm_fleet import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCED = re.compile(r"^\s*```[^\n]*\n(.*?)^\s*```", re.S | re.M)
+#: vllm-fleet's subcommands that read an inventory (bench --history and the mirror's verify,
+#: pack and unpack read none; lab writes its own).
+SUBCOMMANDS = set(next(a for a in cli.build_parser()._actions if a.dest == "command").choices)
+READS_INVENTORY = {"provision", "plan", "doctor", "verify", "rollback", "rollout", "status", "bench"}
+
+
+def commands(text: str, runnable: bool = False) -> list[list[str]]:
+    """The vllm-fleet and ansible-playbook command lines of the fenced blocks of `text`, as argv
+    (continuation lines joined, a prompt, environment assignments and a trailing comment dropped).
+    A command quoted in a comment (`#   vllm-fleet ...` in a YAML example) counts, unless
+    `runnable`: then only the lines a shell would run, with vllm-fleet's subcommand or an option
+    after the program's name (not a script's output that starts with the name)."""
+    out = []
+    for block in FENCED.findall(text):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = line.strip().removeprefix("$ ")
+            if line.startswith("#"):
+                if runnable:
+                    continue
+                line = line.lstrip("# ")
+            try:
+                argv = shlex.split(line, comments=True)
+            except ValueError:
+                continue
+            while argv and re.match(r"^[A-Z_][A-Z0-9_]*=", argv[0]):
+                argv = argv[1:]
+            if argv and Path(argv[0]).name in ("vllm-fleet", "ansible-playbook"):
+                argv = [Path(argv[0]).name, *argv[1:]]
+                if runnable and argv[0] == "vllm-fleet" and not (argv[1:2] and (argv[1] in SUBCOMMANDS
+                                                                                 or argv[1].startswith("-"))):
+                    continue
+                out.append(argv)
+    return out
+
+
+def reads_inventory(argv: list[str]) -> bool:
+    if argv[0] == "ansible-playbook":
+        return not {"--syntax-check", "--version", "--help", "-h"} & set(argv)
+    words = [a for a in argv[1:] if not a.startswith("-")]
+    if not words:
+        return False
+    if words[0] == "mirror":
+        return words[1:2] == ["sync"]
+    return words[0] in READS_INVENTORY and not (words[0] == "bench" and "--history" in argv)
+
+
+def names_inventory(argv: list[str]) -> bool:
+    return any(a in ("-i", "--inventory") or a.startswith("--inventory=") or (a.startswith("-i") and len(a) > 2
+                                                                                 and not a.startswith("--"))
+               for a in argv)
+
+
+def unnamed(text: str) -> list[str]:
+    return [shlex.join(argv) for argv in commands(text) if reads_inventory(argv) and not names_inventory(argv)]
+
+
+def all_commands(runnable: bool = False) -> list[tuple[str, list[str]]]:
+    return [(str(page.relative_to(ROOT)), argv) for page in PAGES for argv in commands(page.read_text(), runnable)]
+
+
+def test_the_docs_have_commands_to_check():
+    found = all_commands()
+    assert sum(argv[0] == "ansible-playbook" for _, argv in found) >= 5, found
+    assert sum(argv[0] == "vllm-fleet" and reads_inventory(argv) for _, argv in found) >= 20, found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_command_in_the_docs_names_its_inventory(page: Path):
+    assert unnamed(page.read_text()) == []
+
+
+def test_the_check_finds_a_command_without_an_inventory():
+    text = ("```sh\n.venv/bin/vllm-fleet rollout -l nvidia-nodes   # one by one\n"
+            "ANSIBLE_FORCE_COLOR=1 ansible-playbook playbooks/router-drain.yml \\\n  -e router_drain_node=n1\n"
+            "vllm-fleet bench --history\nvllm-fleet mirror verify /srv/m\nvllm-fleet plan -i inventories/x -o p\n```\n")
+    assert unnamed(text) == ["vllm-fleet rollout -l nvidia-nodes",
+                             "ansible-playbook playbooks/router-drain.yml -e router_drain_node=n1"]
+
+
+@pytest.mark.parametrize("where,argv", [(w, a) for w, a in all_commands(runnable=True)
+                                        if a[0] == "vllm-fleet" and not any(re.search(r"[\[\]|]|\.\.\.", x)
+                                                                            for x in a)],
+                         ids=lambda v: v if isinstance(v, str) else shlex.join(v)[:60])
+def test_every_vllm_fleet_command_in_the_docs_parses(where: str, argv: list[str]):
+    try:
+        cli.build_parser().parse_args(argv[1:])
+    except SystemExit as exc:
+        pytest.fail(f"{where}: `{shlex.join(argv)}` is refused by vllm-fleet's parser (exit {exc.code})")
+
+
+@pytest.mark.parametrize("argv", [["provision"], ["plan", "-o", "p"], ["doctor"], ["verify"], ["rollback"],
+                                  ["rollout"], ["status"], ["bench"]])
+def test_the_cli_has_no_default_inventory(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "no inventory given" in err and "-i inventories/<yours>" in err
+
+
+def test_a_relative_inventory_is_the_working_directory_s(capsys, tmp_path, monkeypatch):
+    """Never the checkout vllm-fleet was installed from: from elsewhere, inventories/example is missing."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["doctor", "-i", "inventories/example"]) == cli.EXIT_USAGE
+    assert f"inventory inventories/example does not exist (relative to {tmp_path})" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["status", "-i", ".", "--window", "-1"], "is not from 0.1 to 600 seconds"),
+    (["status", "-i", ".", "--watch", "0"], "is not from 0.5 to 86400 seconds"),
+    (["status", "-i", ".", "--window", "soon"], "is not a number of seconds"),
+])
+def test_status_refuses_windows_and_watches_out_of_range(argv, said, capsys):
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert said in capsys.readouterr().err
+
+
+def test_a_missing_secrets_file_is_named(capsys, tmp_path):
+    assert cli.main(["bench", "-i", str(tmp_path), "--secrets", str(tmp_path / "nope.yml")]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--secrets {tmp_path / 'nope.yml'}: no such file" in err and "Errno" not in err
+
+
+def test_help_lists_every_exit_code(capsys):
+    assert cli.main(["--help"]) == cli.EXIT_OK
+    out = " ".join(capsys.readouterr().out.split())
+    for code in (0, 1, 2, 3, 4, 5, 64, 130):
+        assert re.search(rf"\b{code} ", out), code
+
+
+@pytest.mark.ansible
+def test_plain_ansible_playbook_without_an_inventory_stops_saying_so(monkeypatch):
+    if Path("/etc/ansible/hosts").exists():
+        pytest.skip("this machine has /etc/ansible/hosts: Ansible's own default inventory")
+    monkeypatch.delenv("ANSIBLE_INVENTORY", raising=False)
+    proc = ansible_playbook("site.yml")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "TASK [" not in proc.stdout
+    assert "no inventory was given" in out and "ansible-playbook -i inventories/<yours> site.yml" in out
