@@ -36,12 +36,12 @@ def _plain(value):
 
 
 def fleet_inventory_problems(hostvars, hosts, sources=None):
-    """fleet_inventory_report's first half (no filter of its own). Every problem of the inventory
-    for `hosts` (names), as sentences; [] if valid: those of its files (`sources`:
-    ansible_inventory_sources; vllm_fleet.validation.files, the checks the CLI makes before it starts
-    a run, so that plain ansible-playbook refuses the same inventories),
+    """fleet_inventory_report's first half (no filter of its own): (problems, variables). The
+    problems: every problem of the inventory for `hosts` (names), as sentences, [] if valid; those
+    of its files (`sources`: ansible_inventory_sources; vllm_fleet.validation.files, the checks the
+    CLI makes before it starts a run, so that plain ansible-playbook refuses the same inventories),
     then vllm_fleet.validation.validate_inventory over every host's variables as the roles will
-    render them."""
+    render them. The variables: those, per host, for the report's warnings to read."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
     from vllm_fleet.validation import files  # noqa: PLC0415
 
@@ -50,7 +50,7 @@ def fleet_inventory_problems(hostvars, hosts, sources=None):
                     for p in files.file_problems(str(source))]
         unrendered: dict[str, dict[str, str]] = {}
         every = {h: _validated_vars(hostvars, h, unrendered.setdefault(str(h), {})) for h in hostvars.keys()}
-        return problems + validation.validate_inventory(every, [str(h) for h in hosts], unrendered=unrendered)
+        return problems + validation.validate_inventory(every, [str(h) for h in hosts], unrendered=unrendered), every
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
 
@@ -106,7 +106,7 @@ def _validated_vars(hostvars, host, unrendered=None):
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     hv = hostvars[host]
-    wanted = set(validation.fleet_variables()) | set(validation.role_options()) | set(validation.CONNECTION_VARIABLES)
+    wanted = validation.validated_variables()
     names = [k for k in hv.keys() if k in wanted or any(k.startswith(r + "_") for r in _role_names())]
     if unrendered is None:
         return {k: _plain(hv[k]) for k in names}
@@ -239,23 +239,22 @@ def fleet_router_routes(hostvars, node):
 
 
 def fleet_inventory_report(hostvars, hosts, sources=None, strict=False, checksums=False):
-    """{problems, warnings} of the inventory for `hosts`: fleet_inventory_problems', then the
-    precedence surprises of its files (vllm_fleet.validation.inventory_warnings) and the matrix's
-    placeholder checksums, each a warning, or a problem with `strict` (`checksums`)."""
+    """{problems, warnings} of the inventory for `hosts`: fleet_inventory_problems', then every
+    warning of the run (vllm_fleet.validation.run_warnings: the precedence surprises of its files,
+    placeholder checksums, releases whose serve flags cannot be checked), each a warning, or a
+    problem with `strict` (all of them) or `checksums` (the placeholder checksums)."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
-    problems = fleet_inventory_problems(hostvars, hosts, sources)
+    problems, every = fleet_inventory_problems(hostvars, hosts, sources)
     try:
-        surprises = validation.inventory_warnings([str(s) for s in sources or [] if Path(str(s)).exists()])
-        found = set()
-        for host in hosts:
-            found.update(validation.placeholder_checksums(_plain(hostvars[host].get("fleet_matrix") or {})))
+        found = validation.run_warnings(every, [str(h) for h in hosts],
+                                        [str(s) for s in sources or [] if Path(str(s)).exists()])
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_report: {exc}") from exc
-    placeholders = [f"{', '.join(sorted(found))} carry placeholder sha256 values; downloads will fail their checksum "
-                    "until you set the published ones"] if found else []
-    return {"problems": problems + (surprises if strict else []) + (placeholders if checksums else []),
-            "warnings": (surprises if not strict else []) + (placeholders if not checksums else [])}
+    refused = [w for kind in validation.WARNING_KINDS for w in found[kind]
+               if strict or (checksums and kind == "checksums")]
+    return {"problems": problems + refused,
+            "warnings": [w for kind in validation.WARNING_KINDS for w in found[kind] if w not in refused]}
 
 
 def _role_names():
@@ -330,6 +329,14 @@ def vllm_launch_argv(model, executable, launcher, env_scripts=None, conda=None):
 def vllm_container_argv(model, settings, runtime, env_files, image):
     return render.container_argv(_plain(model), _plain(settings), runtime=runtime, env_files=_plain(env_files),
                                  image=image)
+
+
+def fleet_unit_devices(model, patterns, count):
+    """The device nodes a model's host-mode units may open (vllm_fleet.render.unit_devices)."""
+    try:
+        return render.unit_devices(_plain(model), _plain(patterns) or [], int(count or 0))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_unit_devices: {exc}") from exc
 
 
 def systemd_command(argv):
@@ -415,6 +422,15 @@ def fleet_release_keys(release_entries, pins):
     return release.release_keys(_plain(release_entries), _plain(pins))
 
 
+def fleet_node_pins(pins, span_pins, fleet_models, host):
+    """The node's pins: the contract's, and its cluster's (Ray) where one of the node's models spans
+    nodes (vllm_fleet.release.node_pins, vllm_fleet.models.spans_node)."""
+    try:
+        return release.node_pins(_plain(pins), _plain(span_pins), models.spans_node(_plain(fleet_models), str(host)))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"fleet_node_pins: {exc}") from exc
+
+
 def fleet_pin_specs(pins, matrix):
     """The contract's pins as pip requirements at the matrix's versions (`torch==2.7.1`)."""
     try:
@@ -496,12 +512,29 @@ def fleet_mirror_problems(hostvars, groups, manifest, url, inventory="", hosts_o
     return check.missing(hosts, _plain(manifest), str(url), str(inventory))
 
 
+def fleet_plan_files(role_files, plan_dir, host, hostvars):
+    """A role's files of `host` as one fleet_files call's arguments that write them into the plan
+    (vllm_fleet/plan.py): under plan_dir/<host>/, every secret of the inventory masked."""
+    from vllm_fleet import plan  # noqa: PLC0415 - only where a plan is made
+
+    return plan.files(_plain(role_files), str(plan_dir), str(host), plan.inventory_secrets(hostvars))
+
+
+def fleet_plan_dir_problem(plan_dir):
+    """Why plan_dir cannot take a plan ('' when it can: new, empty, or an earlier plan's)."""
+    from vllm_fleet import plan  # noqa: PLC0415 - only where a plan is made
+
+    return plan.problem(str(plan_dir))
+
+
 class FilterModule:
     """vllm-fleet filters."""
 
     def filters(self):
         return {
             "fleet_validation_not_skipped": fleet_validation_not_skipped,
+            "fleet_plan_files": fleet_plan_files,
+            "fleet_plan_dir_problem": fleet_plan_dir_problem,
             "fleet_inventory_report": fleet_inventory_report,
             "fleet_router_backends": fleet_router_backends,
             "fleet_router_routes": fleet_router_routes,
@@ -525,6 +558,7 @@ class FilterModule:
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,
             "vllm_container_argv": vllm_container_argv,
+            "fleet_unit_devices": fleet_unit_devices,
             "systemd_command": systemd_command,
             "shell_command": shell_command,
             "env_file": env_file,
@@ -542,6 +576,7 @@ class FilterModule:
             "fleet_release_id": fleet_release_id,
             "fleet_release_inputs": fleet_release_inputs,
             "fleet_release_keys": fleet_release_keys,
+            "fleet_node_pins": fleet_node_pins,
             "fleet_pin_specs": fleet_pin_specs,
             "fleet_pin_versions": fleet_pin_versions,
             "fleet_cluster_address": fleet_cluster_address,

@@ -34,6 +34,7 @@ from vllm_fleet import bench as _bench
 from vllm_fleet import canary as _canary
 from vllm_fleet import inventory as _inventory
 from vllm_fleet import live_status, role_specs
+from vllm_fleet import plan as _plan
 from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.mirror import bom as _mirror_bom
@@ -108,8 +109,9 @@ class RunResult:
     #: Per host, the units left running although the inventory no longer lists their models
     #: (removed only with `state: absent` or fleet_prune: roles/vllm_service, roles/ray_cluster).
     orphaned: dict[str, list[str]] = field(default_factory=dict)
-    #: What validation warned about (roles/validate_inventory): a value that never reaches a host,
-    #: a variable nothing reads, placeholder checksums; refused instead with --strict.
+    #: What validation warned about (roles/validate_inventory, vllm_fleet.validation.run_warnings): a
+    #: value that never reaches a host, a variable nothing reads, placeholder checksums, a vLLM release
+    #: whose serve flags could not be checked; refused instead with --strict.
     warnings: list[str] = field(default_factory=list)
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
@@ -177,10 +179,16 @@ class RunResult:
             "slowest_tasks": dict(sorted(self.task_durations.items(), key=lambda kv: -kv[1])[:10]),
         }
 
+    def warning_lines(self) -> list[str]:
+        """Validation's warnings as the summary prints them. Every summary that shows a run, whole
+        or in part (a plan, a canary rollout, a mirror sync), prints these lines: a warning no
+        summary shows is one nobody sees."""
+        return [f"warning: {w}" for w in self.warnings]
+
     def __str__(self) -> str:
         lines = [f"{self.playbook} on {self.inventory}" + (f" (limit {self.limit})" if self.limit else "")
                  + (" [check mode]" if self.check else "") + f": {self.status} in {self.duration:.0f} s"]
-        lines += [f"warning: {w}" for w in self.warnings]
+        lines += self.warning_lines()
         if self.problems:
             lines.append("The inventory is invalid; nothing was changed:")
             lines += [f"  - {p}" for p in self.problems]
@@ -628,6 +636,8 @@ class CanaryRollout:
                  else f"canaries {', '.join(self.canaries)}: the converge failed", *(j.line() for j in self.judgements)]
         if self.error:
             lines.append(self.error)
+        if self.canary_run.ok:
+            lines += self.canary_run.warning_lines()  # the canaries' run is shown only when it failed
         if not self.canary_run.ok:
             lines.append(str(self.canary_run))
         elif self.rollback_run is not None:
@@ -745,22 +755,21 @@ class PlanResult:
             lines.append(f"{host}: {len(self.files[host])} file(s)")
             for unit, command in sorted(self.commands.get(host, {}).items()):
                 lines.append(f"  {unit}: {command}")
-        if not self.run.ok:
-            lines.append(str(self.run))
+        lines += [str(self.run)] if not self.run.ok else self.run.warning_lines()
         return "\n".join(lines)
 
 
 def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs) -> PlanResult:
     """Write every host's files (units, environment files, launcher, Dockerfile) and command lines into
     `out_dir/<host>/...` without contacting any node."""
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = _plan.prepare(out_dir)  # refused (ValueError) before Ansible starts, if not a plan's directory
     run = run_playbook("playbooks/plan.yml", inventory, limit=limit,
                        extravars={**(extravars or {}), "plan_dir": str(out)}, secrets=secrets, **kwargs)
     scrub_tree(out, _secret_values(secrets))
     files: dict[str, list[str]] = {}
     commands: dict[str, dict[str, str]] = {}
-    for host_dir in sorted(p for p in out.iterdir() if p.is_dir()):
+    # A refused or failed plan lists nothing: no file of it is the whole truth.
+    for host_dir in sorted(p for p in out.iterdir() if p.is_dir() and run.ok):
         files[host_dir.name] = sorted(str(p.relative_to(host_dir)) for p in host_dir.rglob("*") if p.is_file())
         for cmd in sorted((host_dir / "commands").glob("*.sh")):
             commands.setdefault(host_dir.name, {})[cmd.stem] = cmd.read_text().strip().splitlines()[-1]

@@ -44,11 +44,15 @@ the controller, where vLLM is not installed, against a description of each pinne
 release's ``vllm serve`` options shipped in ``vllm_fleet/data/serve_options.json``: per
 option its flags, type (int, float, str, json, bool), choices, nargs and boolean style
 (``optional``: --x/--no-x; ``store_true``; ``store_false``). It is generated from the
-real parsers, for every release the example inventory and the lab pin (`pinned_releases`),
-by ONE command::
+real parsers, for every release the example inventory and the lab pin (`pinned_releases`)
+and every release a user described since, by ONE command::
 
     python -m vllm_fleet.argcheck --describe                     # rewrites vllm_fleet/data/serve_options.json
+    python -m vllm_fleet.argcheck --describe 0.11.1              # adds (or redoes) one release in that file
     python -m vllm_fleet.argcheck --describe 0.11.2 --output -   # one release, to stdout
+
+A host whose release the file does not describe gets no serve flag checked: validation warns,
+naming the hosts, the release and that second command (`--strict` refuses the run instead).
 
 tests/parser/test_serve_options.py regenerates it and fails when it differs from the shipped file.
 
@@ -540,6 +544,11 @@ def check(release: str, argvs: list[list[str]], *, fork_compilation_keys=(), **k
 SERVE_OPTIONS_FILE = Path(__file__).resolve().parent / "data" / "serve_options.json"
 
 
+def _release_order(release: str) -> list:
+    """A sort key of releases: numerically, part by part (0.9.2 before 0.10.0)."""
+    return [(0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"[.+]", release)]
+
+
 def pinned_releases() -> list[str]:
     """Every vLLM release whose parser judges a pinned line: the example inventory's and the lab's.
 
@@ -559,7 +568,7 @@ def pinned_releases() -> list[str]:
         release = (pins or {}).get("vllm_release") or (pins or {}).get("vllm") if isinstance(pins, dict) else None
         if release:
             found.add(f"{release}+cpu" if vendor == "cpu" else str(release))
-    return sorted(found, key=lambda r: [int(x) if x.isdigit() else x for x in re.split(r"[.+]", r)])
+    return sorted(found, key=_release_order)
 
 
 def describe(release: str, *, cache_dir: str | os.PathLike | None = None, offline: bool | None = None,
@@ -580,10 +589,28 @@ def describe(release: str, *, cache_dir: str | os.PathLike | None = None, offlin
     return {"vllm_version": report["vllm_version"], "options": report["options"]}
 
 
+def described_releases(path: str | os.PathLike = SERVE_OPTIONS_FILE) -> list[str]:
+    """The releases a serve options file describes ([] when there is none)."""
+    try:
+        return list(json.loads(Path(path).read_text())["releases"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def describe_all(releases: list[str] | None = None, **kwargs) -> dict:
-    """The document of vllm_fleet/data/serve_options.json for `releases` (default: `pinned_releases`)."""
+    """The document of vllm_fleet/data/serve_options.json for `releases` (default: every pinned
+    release and every one the shipped file already describes: a release a user pinned and
+    described once stays described when the file is regenerated)."""
+    releases = releases or sorted(set(pinned_releases()) | set(described_releases()), key=_release_order)
     return {"generated_by": "python -m vllm_fleet.argcheck --describe",
-            "releases": {r: describe(r, **kwargs) for r in (releases or pinned_releases())}}
+            "releases": {r: describe(r, **kwargs) for r in releases}}
+
+
+def merge_descriptions(old: dict, new: dict) -> dict:
+    """`old`'s document with `new`'s releases added or replaced, in release order."""
+    releases = {**(old.get("releases") or {}), **new["releases"]}
+    return {"generated_by": new["generated_by"],
+            "releases": {r: releases[r] for r in sorted(releases, key=_release_order)}}
 
 
 def dump_descriptions(doc: dict) -> str:
@@ -609,7 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vllm_fleet.argcheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--release", help="vLLM release whose parser decides, e.g. 0.11.2")
     parser.add_argument("--describe", nargs="*", metavar="RELEASE",
-                        help="describe the serve options of these releases (default: every pinned one) as JSON")
+                        help="describe the serve options of these releases, any release a host pins, added to "
+                             "--output's file (without RELEASE: every pinned and already described one, rewritten)")
     parser.add_argument("--output", default=str(SERVE_OPTIONS_FILE),
                         help="where --describe writes ('-' = stdout; default: the package's serve_options.json)")
     parser.add_argument("--json", dest="json_file", help="file with a JSON list of argv lists ('-' = stdin)")
@@ -624,8 +652,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--release is required (or --describe)")
     try:
         if args.describe is not None:
-            text = dump_descriptions(describe_all(args.describe or None, cache_dir=args.cache_dir,
-                                                  offline=args.offline))
+            doc = describe_all(args.describe or None, cache_dir=args.cache_dir, offline=args.offline)
+            if args.describe and args.output != "-" and Path(args.output).is_file():
+                # Named releases join the file's others (validation reads every release it describes).
+                doc = merge_descriptions(json.loads(Path(args.output).read_text()), doc)
+            text = dump_descriptions(doc)
             if args.output == "-":
                 print(text, end="")
             else:

@@ -12,8 +12,10 @@
                          [--evalscope ...] [--history] [--json]
     vllm-fleet lab up|down|status|start|stop
 
-Every command that runs a playbook takes --strict: validation refuses what it would otherwise
-warn about (a value the inventory sets that never reaches a host, a variable nothing reads).
+Every command that runs a playbook prints validation's warnings (`warning:` lines; "warnings" in
+--json) and takes --strict: validation refuses, with exit 4, what it would otherwise warn about (a
+value the inventory sets that never reaches a host, a variable nothing reads, placeholder checksums,
+a pinned vLLM release whose serve flags cannot be checked). `status` prints the same warnings.
 
 Every command that reads an inventory acts only on the one named with -i: there is no default
 (neither the lab's nor the checkout's), and a command without one exits 64 saying so.
@@ -311,8 +313,8 @@ def cmd_mirror(args) -> int:
     if args.mirror_command == "sync":
         result = api.mirror_sync(_inventory(args.inventory), args.out, limit=args.limit,
                                  extravars=parse_extravars(args.extra_vars), check=args.check, log=log)
-        if not result.run.ok:
-            print(result.run)
+        for line in [str(result.run)] if not result.run.ok else result.run.warning_lines():
+            print(line)
         return result.exit_code
     if args.mirror_command == "verify":
         problems = api.mirror_verify(args.path, log=log)
@@ -410,8 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
         p.add_argument("--strict", action="store_true",
-                       help="refuse what validation warns about (a value that never reaches a host, a variable nothing "
-                            "reads, a vars file of no group)")
+                       help="refuse (exit 4) what validation warns about (a value that never reaches a host, a "
+                            "variable nothing reads, a vars file of no group, placeholder checksums, a vLLM release "
+                            "whose serve flags cannot be checked)")
         if check:
             p.add_argument("--check", action="store_true", help="show what would change, change nothing")
 
@@ -468,8 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON (one object per refresh with --watch)")
     p.add_argument("--window", type=_seconds(0.1, 600), default=1.0,
                    help="seconds between the two /metrics reads, 0.1 to 600 (default 1)")
-    p.add_argument("--watch", type=_seconds(0.5, 86400), nargs="?", const=2.0, metavar="SECONDS",
-                   help="refresh in place every SECONDS, 0.5 to 86400 (default 2), until Ctrl-C")
+    p.add_argument("--watch", type=_seconds(0.2, 86400), nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh in place every SECONDS, 0.2 to 86400 (default 2), until Ctrl-C")
     p.add_argument("--no-ssh", action="store_true",
                    help="read only the models' HTTP endpoints (no unit state, no devices)")
     p.set_defaults(func=cmd_status)

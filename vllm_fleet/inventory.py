@@ -80,10 +80,13 @@ def hosts(inventory: str | os.PathLike, limit: str | None = None, pattern: str =
 
 
 def host_vars(inventory: str | os.PathLike, limit: str | None = None, pattern: str = "fleet",
-              keys: tuple[str, ...] = HOST_KEYS, extra: dict | None = None) -> dict[str, dict]:
+              keys: tuple[str, ...] = HOST_KEYS, extra: dict | None = None,
+              optional: frozenset[str] | tuple[str, ...] = ()) -> dict[str, dict]:
     """The `keys` of each host of `pattern` (within `limit`), rendered as a play would see them;
     `extra` (extra vars, secrets) wins over the inventory, as -e does. InventoryError when a value
-    cannot be rendered (an undefined variable, a vault without its password) or no host matches."""
+    cannot be rendered (an undefined variable, a vault without its password) or no host matches.
+    `optional` names more variables, rendered where they can be and left out where they cannot
+    (validation refuses those on a run, naming them)."""
     from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly
     from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
     from ansible.template import Templar  # noqa: PLC0415
@@ -109,6 +112,12 @@ def host_vars(inventory: str | os.PathLike, limit: str | None = None, pattern: s
             out[host.name] = {k: templar.template(raw[k]) for k in keys if k in raw}
         except AnsibleError as exc:
             raise InventoryError(f"host {host.name}: {exc.message}") from None
+        for k in sorted(set(optional) - set(keys)):
+            if k in raw:
+                try:
+                    out[host.name][k] = templar.template(raw[k])
+                except AnsibleError:
+                    continue
     if not out:
         raise InventoryError(f"no host of the group {pattern} in {inventory}"
                              + (f" matches the limit {limit!r}" if limit else ""))

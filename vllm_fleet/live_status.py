@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from vllm_fleet import inventory as inventory_reader
-from vllm_fleet import router, vendors
+from vllm_fleet import router, validation, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.inventory import HOST_KEYS
 from vllm_fleet.models import host_engine_api_key, unit_name
@@ -144,6 +144,8 @@ class StatusResult:
     read_at: float
     #: Of `duration`, the seconds spent loading the inventory (ansible-core) before any read.
     inventory_s: float = 0.0
+    #: What validation warns about for these nodes (vllm_fleet.validation.run_warnings), as a run prints it.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def down(self) -> list[ModelStatus]:
@@ -176,7 +178,8 @@ class StatusResult:
                               "device_health": s.device_health, "devices": s.devices, "smi_error": s.smi_error,
                               "orphaned": s.orphaned}
                           for n, s in sorted(self.nodes.items())},
-                "down": [f"{r.node}/{r.model}" for r in self.down], "unreachable_nodes": self.unreachable_nodes}
+                "down": [f"{r.node}/{r.model}" for r in self.down], "unreachable_nodes": self.unreachable_nodes,
+                "warnings": self.warnings}
 
     def __str__(self) -> str:
         return "\n".join(table(self))
@@ -236,6 +239,7 @@ def table(result: StatusResult) -> list[str]:
     for model in unserved(result.rows):
         out.append(f"{model}: NO HEALTHY REPLICA LEFT: every node serving it is down or quarantined, "
                    "so its routers answer 503")
+    out += [f"warning: {w}" for w in result.warnings]
     verdict = "all up" if result.ok else (f"{len(result.down)} down" if result.down else "not everything could be read")
     # With --no-ssh no node is read over SSH (result.nodes is empty): the rows name their nodes.
     nodes = set(result.nodes) | {r.node for r in result.rows}
@@ -445,8 +449,18 @@ def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None,
                     secrets: dict | None = None) -> dict[str, dict]:
     """The fleet hosts of the inventory (within `limit`) with the variables status reads (HOST_KEYS:
     connection and models; nothing else is templated), resolved as a play would see them
-    (vllm_fleet.inventory); `secrets` win over the inventory."""
-    return inventory_reader.host_vars(inventory, limit, keys=HOST_KEYS, extra=secrets)
+    (vllm_fleet.inventory); `secrets` win over the inventory. The variables validation reads come
+    along where they render (inventory_warnings judges them)."""
+    return inventory_reader.host_vars(inventory, limit, keys=HOST_KEYS, extra=secrets,
+                                      optional=validation.validated_variables())
+
+
+def inventory_warnings(inventory: str | os.PathLike, hosts: dict[str, dict]) -> list[str]:
+    """What a run's validation would warn about for these hosts (vllm_fleet.validation.run_warnings:
+    the precedence surprises of the inventory's files, placeholder checksums, a pinned vLLM release
+    whose serve flags cannot be checked), in the order a run prints them."""
+    found = validation.run_warnings(hosts, sorted(hosts), [str(Path(inventory).resolve())])
+    return [w for kind in validation.WARNING_KINDS for w in found[kind]]
 
 
 def ssh_argv(host: str, host_vars: dict, timeout: float) -> list[str]:
@@ -517,6 +531,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
     """
     started = time.monotonic()
     hosts = inventory_hosts(inventory, limit, secrets)
+    warnings = inventory_warnings(inventory, hosts)
     loaded = time.monotonic()
     rows: list[ModelStatus] = []
     keys: dict[int, str] = {}
@@ -585,7 +600,8 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
             if row.node in nodes:
                 row.quarantined = quarantine_reason(row, nodes[row.node])
     result = StatusResult(inventory=str(inventory), limit=limit, rows=rows, nodes=nodes, window=window,
-                          duration=time.monotonic() - started, read_at=time.time(), inventory_s=loaded - started)
+                          duration=time.monotonic() - started, read_at=time.time(), inventory_s=loaded - started,
+                          warnings=warnings)
     # Defence in depth: no message may carry a key (an engine or a node could echo one back).
     for row in rows:
         row.problems = [scrub(p, secret_values) for p in row.problems]

@@ -45,6 +45,22 @@ def unit_name(model: str, program: str = "vllm") -> str:
     return f"{program}-{model}"
 
 
+def is_served(model: dict) -> bool:
+    """Whether an inventory model is served: `enabled: false` and `state: absent` both say it is not."""
+    return bool(model.get("enabled", True)) if model.get("state", "present") != "absent" else False
+
+
+def spans_node(models: Any, host: Any) -> bool:
+    """Whether `host` is a member of a span of one of `models` (its fleet_models) that is served:
+    the node then runs Ray (vllm_fleet.release.node_pins installs it there, and only there)."""
+    for model in models or []:
+        span = model.get("span") if isinstance(model, dict) else None
+        if isinstance(span, dict) and isinstance(span.get("nodes"), list) and is_served(model) \
+                and str(host) in [str(n) for n in span["nodes"]]:
+            return True
+    return False
+
+
 def url_host(address: str) -> str:
     """An address as a URL's host: IPv6 in brackets."""
     address = str(address).strip("[]")
@@ -375,7 +391,7 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
             "kind": kind,
             "unit": unit_name(name),
             # `state: absent` says what `enabled: false` says: not served here, its unit removed.
-            "enabled": model.get("enabled", True) if model.get("state", "present") != "absent" else False,
+            "enabled": is_served(model),
             "path": model.get("path"),
             "source": model.get("source") or {"type": "path"},
             "size_gb": model.get("size_gb"),

@@ -54,6 +54,16 @@ def pin_versions(pins: dict, matrix: dict) -> dict[str, str]:
     return {dist: pinned_version(matrix[key]) for dist, key in pins.items() if key in matrix}
 
 
+def node_pins(pins: dict, span_pins: dict | None, spans: bool) -> dict[str, str]:
+    """A node's pins ({pip distribution: matrix key}): its vendor contract's ``pins``, then its
+    ``cluster.pins`` (Ray) only where one of the node's models spans nodes (``spans``,
+    vllm_fleet.models.spans_node). A node without such a model installs no Ray, whatever the
+    matrix pins: the install step, doctor and the release's name all take their pins from here."""
+    if not isinstance(pins, dict) or not isinstance(span_pins or {}, dict):
+        raise ValueError(f"expected the contract's pins and cluster.pins as mappings, got {pins!r} and {span_pins!r}")
+    return {**pins, **(span_pins or {})} if spans else dict(pins)
+
+
 def pin_specs(pins: dict, matrix: dict) -> list[str]:
     """The pins as pip requirements (``torch==2.7.1``), in the pins' order: what the vendor's
     install step resolves, the same versions doctor compares (``pin_versions``)."""

@@ -173,6 +173,33 @@ def tiktoken_cache_key(url: str) -> str:
     return hashlib.sha1(url.encode()).hexdigest()
 
 
+#: In a contract's unit_devices: one node per device of the model (the numbers of its
+#: visible-devices variable), and one per device of the node whatever the model holds.
+MODEL_DEVICE = "{index}"
+NODE_DEVICE = "{node_index}"
+
+
+def unit_devices(model: dict, patterns: list[str], count: int) -> list[str]:
+    """The device nodes a model's host-mode units may open (``DeviceAllow=``): each of the
+    vendor contract's ``unit_devices`` in order, ``{index}`` once per device of the model (its
+    ``devices``, the numbers its visible-devices variable gives), ``{node_index}`` once per device
+    of the node (``count``: for a vendor whose device nodes are not numbered as its processes
+    number the devices), any other entry (a control node, ``char-<group>``) as it is.
+    """
+    devices = list(model.get("devices") or [])
+    out: list[str] = []
+    for pattern in patterns:
+        if MODEL_DEVICE in pattern and NODE_DEVICE in pattern:
+            raise ValueError(f"unit device {pattern!r} names both {MODEL_DEVICE} and {NODE_DEVICE}")
+        if MODEL_DEVICE in pattern:
+            out += [pattern.replace(MODEL_DEVICE, str(int(d))) for d in devices]
+        elif NODE_DEVICE in pattern:
+            out += [pattern.replace(NODE_DEVICE, str(i)) for i in range(int(count))]
+        else:
+            out.append(pattern)
+    return out
+
+
 def container_model_path(path: str, host_models_dir: str, container_models_dir: str) -> str:
     """A model's path inside the container, given where the host's models directory is mounted."""
     host = host_models_dir.rstrip("/")

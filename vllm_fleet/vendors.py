@@ -90,12 +90,19 @@ def shared_devices(vendor: str) -> bool:
     return bool(contract(vendor).get("shared_devices"))
 
 
-def vendor_release_id(matrix: dict, vendor: str) -> str:
-    """The id of the release `matrix` defines on a node of `vendor` (its contract's release keys)."""
-    return release.release_id(matrix, release_keys(vendor), vendor)
-
-
-def release_keys(vendor: str) -> list[str]:
-    """The matrix entries that name `vendor`'s release: its contract's `release` and `pins`."""
+def pins(vendor: str, spans: bool = False) -> dict[str, str]:
+    """The pins ({pip distribution: matrix key}) of a node of `vendor`: its contract's `pins`, and
+    its `cluster.pins` (Ray) where one of the node's models spans nodes (release.node_pins)."""
     terms = contract(vendor)
-    return release.release_keys(terms["release"], terms["pins"])
+    return release.node_pins(terms["pins"], (terms.get("cluster") or {}).get("pins"), spans)
+
+
+def vendor_release_id(matrix: dict, vendor: str, spans: bool = False) -> str:
+    """The id of the release `matrix` defines on a node of `vendor` (its contract's release keys)."""
+    return release.release_id(matrix, release_keys(vendor, spans), vendor)
+
+
+def release_keys(vendor: str, spans: bool = False) -> list[str]:
+    """The matrix entries that name the release of a node of `vendor`: its contract's `release` and
+    the node's pins (the cluster's too where one of its models spans nodes)."""
+    return release.release_keys(contract(vendor)["release"], pins(vendor, spans))

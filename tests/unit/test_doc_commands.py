@@ -129,7 +129,7 @@ def test_a_relative_inventory_is_the_working_directory_s(capsys, tmp_path, monke
 
 @pytest.mark.parametrize("argv,said", [
     (["status", "-i", ".", "--window", "-1"], "is not from 0.1 to 600 seconds"),
-    (["status", "-i", ".", "--watch", "0"], "is not from 0.5 to 86400 seconds"),
+    (["status", "-i", ".", "--watch", "0"], "is not from 0.2 to 86400 seconds"),
     (["status", "-i", ".", "--window", "soon"], "is not a number of seconds"),
 ])
 def test_status_refuses_windows_and_watches_out_of_range(argv, said, capsys):

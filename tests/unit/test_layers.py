@@ -40,6 +40,8 @@ LAYERS = {
     # the fleet's mirror: its layout, the bill of an inventory and the check against a manifest are
     # the domain validation and the filters read; its sync is the connected machine's.
     "vllm_fleet.mirror": 2,
+    # the plan's directory and files (playbooks/plan.yml's filters, the API's plan).
+    "vllm_fleet.plan": 2,
     # 3 features: live status, bench, the vLLM parser checks.
     "vllm_fleet.live_status": 3,
     "vllm_fleet.bench": 3,

@@ -212,11 +212,11 @@ def test_container_unit_line_by_line(tmp_path):
     argv = exec_start(unit)
     run, inside = argv[: argv.index(image)], argv[argv.index(image) + 1:]
     # MetaX's docker run for its vLLM images: every GPU through /dev/dri and /dev/mxcd, the
-    # video group, host IPC, a big /dev/shm, locked memory, unconfined seccomp and AppArmor.
+    # video group, host IPC, a big /dev/shm, locked memory; the runtime's default seccomp and
+    # AppArmor profiles, as seed 000 runs its image (no --security-opt: docs/security.md).
     assert run == [
         "docker", "run", "--rm", "--name", "vllm-gpt-oss-20b",
         "--ipc=host", "--group-add", "video", "--shm-size", "100gb", "--ulimit", "memlock=-1",
-        "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
         "--device=/dev/dri", "--device=/dev/mxcd",
         "-v", "/opt/vllm-fleet/tiktoken:/opt/vllm-fleet/tiktoken:ro", "-v", "/home/models:/models",
         "--env-file", "/etc/vllm-fleet/vllm-gpt-oss-20b.env", "-p", "127.0.0.1:8000:8000"]
@@ -241,6 +241,23 @@ def test_container_unit_line_by_line(tmp_path):
         assert block.index("sha256sum") < block.index("tar -xf" if entry["type"] == "directory" else "cp ")
     assert 'tar -xf /tmp/vllm-fleet-overlay --no-same-owner -C "$site"' in runs[0]
     assert 'cp /tmp/vllm-fleet-overlay "$site/triton/compiler/code_generator.py"' in runs[1]
+
+
+@pytest.mark.ansible
+def test_overlay_state_absent_builds_the_image_without_the_overlays(tmp_path):
+    """vllm_overlay_state: absent in container mode: MetaX's image as shipped (no overlay fetched or
+    laid), a new tag (the Dockerfile's digest), and no overlays in the stack that restarts the units."""
+    node = plan(tmp_path, "-e", "fleet_deploy_mode=container", "-e", "vllm_overlay_state=absent")
+    dockerfile = (node / "etc/vllm-fleet/images/metax/Dockerfile").read_text()
+    assert "\nRUN " not in dockerfile and "vllm-fleet-overlay" not in dockerfile
+    matrix = example_hosts()["metax-01"]["fleet_matrix"]
+    assert not [entry["file"] for entry in matrix["vllm_overlays"] if entry["file"] in dockerfile]
+    assert "# vllm_overlay_state: absent - the image as MetaX ships it, without the overlays." in dockerfile
+    digest = hashlib.sha256(dockerfile.encode()).hexdigest()[:12]
+    unit = (node / "etc/systemd/system/vllm-gpt-oss-20b.service").read_text()
+    assert f"vllm-fleet/vllm-metax:0.10.2-{digest}" in exec_start(unit)
+    env = (node / "etc/vllm-fleet/vllm-gpt-oss-20b.env").read_text().splitlines()
+    assert "FLEET_METAX_STACK=vllm==0.10.2 torch==2.6.0+metax3.2.1.3 triton==3.0.0+metax3.2.1.3 overlays=" in env
 
 
 # --------------------------------------------------------------------------- the lab's MetaX software

@@ -85,12 +85,13 @@ def test_each_pin_is_a_pip_name_over_a_version_entry_of_the_vendors_matrix_schem
     pinned value a version before a pin reaches pip or doctor."""
     schema = vendors.matrix_schema(vendor)
     version = {"$ref": "#/$defs/version"}
-    for dist, key in vendors.contract(vendor)["pins"].items():
+    # The cluster's pins (Ray, on a span's members) too.
+    for dist, key in vendors.pins(vendor, spans=True).items():
         assert re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist), f"{vendor}: {dist!r} is no pip name"
         entry = schema["properties"].get(key)
         has_version = entry.get("properties", {}).get("version") == version and "version" in entry.get("required", [])
         assert entry == version or has_version, f"{vendor}: pins {dist} to {key}: {entry}"
-    versions = release.pin_versions(vendors.contract(vendor)["pins"], example_matrix(vendor))
+    versions = release.pin_versions(vendors.pins(vendor, spans=True), example_matrix(vendor))
     assert all(isinstance(v, str) and v for v in versions.values()), versions
 
 

@@ -27,7 +27,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from vllm_fleet import release, vendors
+from vllm_fleet import models, release, vendors
 from vllm_fleet.mirror.layout import DEFAULT_REVISION, GITHUB, artifact_path, git_path, model_path
 from vllm_fleet.role_specs import role_default
 
@@ -173,9 +173,10 @@ def bill_of_materials(hosts: dict[str, dict]) -> Bill:
         if name in (groups.get("fleet") or []) and vendor in vendors.VENDORS:
             _vendor_entries(bill, name, hv, vendor, matrix)
             # The vendor's venv at the matrix's Python (a vendor that brings its own environment,
-            # as Moore Threads' AIModule, pins nothing); the hub clients' venv at the node's own.
-            _pip(bill, f"{name}: {vendor}'s pins", hv, python_of(matrix) or system,
-                 release.pin_specs(vendors.contract(vendor).get("pins") or {}, matrix))
+            # as Moore Threads' AIModule, pins nothing; Ray only on a span's members); the hub
+            # clients' venv at the node's own.
+            pins = vendors.pins(vendor, models.spans_node(hv.get("fleet_models"), name))
+            _pip(bill, f"{name}: {vendor}'s pins", hv, python_of(matrix) or system, release.pin_specs(pins, matrix))
             _pip(bill, f"{name}: the hub clients", hv, system, _models(bill, name, hv, matrix))
         if name in (groups.get("router") or []) and isinstance(matrix.get("vllm_router"), dict):
             # roles/router installs vllm-router into its own venv (the node's Python), at the matrix's version.

@@ -27,10 +27,17 @@ module per class, each applied to every variable of its class wherever it sits:
 and by concern: the JSON Schema (schema.py), role argument specs (roles.py), `vllm serve`
 options against the pinned releases' parsers (serve.py), each vendor's rules
 (vendor_rules/<vendor>.py), the routers (router_hosts.py), monitoring (monitoring_hosts.py), models
-spanning nodes (span.py) and the matrix's placeholder checksums (matrix.py).
+spanning nodes (span.py).
+
+What validation warns about instead of refusing (`run_warnings`; `--strict` refuses it): the
+precedence surprises of the inventory's files (precedence.py), placeholder checksums in any
+variable (matrix.py), and hosts whose pinned vLLM release has no description of its `vllm serve`
+options, so that their flags could not be checked (serve.py).
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 from vllm_fleet import router
 from vllm_fleet.models import flag_key, node_devices, resolve_models
@@ -50,21 +57,28 @@ from vllm_fleet.validation import (
     strings,
     types,
 )
-from vllm_fleet.validation.matrix import placeholder_checksums
+from vllm_fleet.validation.matrix import placeholder_checksums, placeholder_warnings
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.play_keywords import play_keyword_problems
 from vllm_fleet.validation.roles import role_default, role_options, role_variable_problems
 from vllm_fleet.validation.router_hosts import router_problems
 from vllm_fleet.validation.schema import fleet_variables, host_document, property_problems, schema, schema_problems
 from vllm_fleet.validation.secrets import mask_secrets
-from vllm_fleet.validation.serve import json_option_problems, serve_option_problems, serve_options, spelling_problems
+from vllm_fleet.validation.serve import (
+    json_option_problems,
+    serve_option_problems,
+    serve_options,
+    spelling_problems,
+    unchecked_serve_warnings,
+)
 from vllm_fleet.validation.span import span_problems
 from vllm_fleet.validation.vendor_rules import VENDOR_RULES, vendor_group_problems
 
 __all__ = [
-    "CONNECTION_VARIABLES", "SECRET_NAME", "fleet_variables", "mask_secrets", "models_needing", "monitoring_problems",
-    "placeholder_checksums", "role_default", "role_options", "router_problems", "schema", "secret_values",
-    "serve_options", "span_problems", "validate_host", "validate_hosts", "validate_inventory",
+    "CONNECTION_VARIABLES", "SECRET_NAME", "WARNING_KINDS", "fleet_variables", "mask_secrets", "models_needing",
+    "monitoring_problems", "placeholder_checksums", "placeholder_warnings", "role_default", "role_options", "router_problems",
+    "run_warnings", "schema", "secret_values", "serve_options", "span_problems", "unchecked_serve_warnings",
+    "validate_host", "validate_hosts", "validate_inventory", "validated_variables",
 ]
 
 #: Host variables besides fleet_* and role variables that validation reads: where and as whom
@@ -231,6 +245,29 @@ def inventory_warnings(sources: list[str]) -> list[str]:
     known = set(fleet_variables()) | set(role_options()) | set(CONNECTION_VARIABLES)
     prefixes = ("fleet_", *(f"{r}_" for r in sorted(role_names())))
     return [w for source in sources for w in precedence.precedence_warnings(source, known, prefixes)]
+
+
+@lru_cache(maxsize=1)
+def validated_variables() -> frozenset[str]:
+    """The names of the variables validation reads, besides any with a role's prefix: the schema's
+    fleet_*, the roles' options and the connection variables."""
+    return frozenset(fleet_variables()) | frozenset(role_options()) | frozenset(CONNECTION_VARIABLES)
+
+
+#: The kinds of warning, in the order they are printed; `--strict` refuses them all,
+#: validate_inventory_strict_checksums only the checksums.
+WARNING_KINDS = ("precedence", "checksums", "serve")
+
+
+def run_warnings(all_hosts: dict[str, dict], run_hosts: list[str], sources: list[str]) -> dict[str, list[str]]:
+    """Every warning of the inventory for the hosts of a run, by kind (WARNING_KINDS): the precedence
+    surprises of its files (`sources`), placeholder checksums in any variable of a host of the run,
+    and the run's fleet nodes whose vLLM release is not described, so that their serve flags go
+    unchecked. The one list that a run (roles/validate_inventory) and `vllm-fleet status` print."""
+    run = {h: all_hosts[h] for h in run_hosts if h in all_hosts}
+    return {"precedence": inventory_warnings(sources),
+            "checksums": placeholder_warnings(run),
+            "serve": unchecked_serve_warnings({h: v for h, v in run.items() if "fleet" in _groups(v)})}
 
 
 def _unused_profiles(doc: dict, models: list[dict]) -> list[dict]:

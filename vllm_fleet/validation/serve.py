@@ -9,6 +9,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from vllm_fleet import vendors
 from vllm_fleet.models import DATA_DIR, flag_key
 from vllm_fleet.validation.problem import Problem, _describe, _numeric
 
@@ -104,14 +105,44 @@ def serve_options() -> dict[str, dict]:
 
 def serve_release(doc: dict) -> str | None:
     """The vLLM release whose parser judges the host's command lines (as tests/parser pins it)."""
-    vllm = (doc.get("fleet_matrix") or {}).get("vllm")
+    matrix, accelerator = doc.get("fleet_matrix"), doc.get("fleet_accelerator")
+    vllm = matrix.get("vllm") if isinstance(matrix, dict) else None
     if not isinstance(vllm, dict):
         return None
     release = vllm.get("release") or vllm.get("version")
     if not isinstance(release, str):
         return None
-    vendor = (doc.get("fleet_accelerator") or {}).get("vendor")
+    vendor = accelerator.get("vendor") if isinstance(accelerator, dict) else None
     return f"{release}+cpu" if vendor == "cpu" and not release.endswith("+cpu") else release
+
+
+#: The one command that describes a release's `vllm serve` options into SERVE_OPTIONS_FILE
+#: (vllm_fleet.argcheck; this layer does not import it).
+DESCRIBE_COMMAND = ".venv/bin/python -m vllm_fleet.argcheck --describe {release}"
+
+
+def unchecked_serve_warnings(hosts: dict[str, dict]) -> list[str]:
+    """One warning per pinned vLLM release that data/serve_options.json does not describe, naming
+    the hosts that pin it (`hosts`: fleet node -> its variables) and the one command that describes
+    it: without a description, serve_option_problems cannot judge those hosts' `serve` flags (a
+    misspelt option would reach `vllm serve` as it is written)."""
+    by_release: dict[str, list[str]] = {}
+    for host, host_vars in sorted(hosts.items()):
+        release = serve_release(host_vars)
+        if release and release not in serve_options():
+            by_release.setdefault(release, []).append(host)
+    out = []
+    for release, names in sorted(by_release.items()):
+        groups = sorted({vendors.group(v) for h in names if isinstance(hosts[h].get("fleet_accelerator"), dict)
+                         and (v := hosts[h]["fleet_accelerator"].get("vendor")) in vendors.VENDORS})
+        key = "release" if hosts[names[0]]["fleet_matrix"]["vllm"].get("release") else "version"
+        out.append(f"vLLM {release} (fleet_matrix.vllm.{key} of {', '.join(names)}"
+                   + (f", group {', '.join(groups)}" if groups else "")
+                   + f") has no description of its `vllm serve` options in vllm_fleet/data/{SERVE_OPTIONS_FILE.name}: "
+                   "the serve flags of these hosts were not checked (a misspelt or mistyped option reaches vllm serve "
+                   f"as written); describe the release once with `{DESCRIBE_COMMAND.format(release=release)}` "
+                   "(it builds that release's parser from PyPI: about 2 minutes and 4 GB the first time)")
+    return out
 
 
 def _number(value: Any) -> float | None:
@@ -160,7 +191,7 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
     release = serve_release(doc)
     described = serve_options().get(release or "")
     if not described:
-        return []  # a release we have no description of: vllm_fleet.argcheck judges it with its parser
+        return []  # a release we have no description of: unchecked_serve_warnings says so
     options = described["options"]
     vllm = (doc.get("fleet_matrix") or {}).get("vllm") or {}
     fork = set(vllm.get("fork_serve_options") or []) if isinstance(vllm, dict) else set()
