@@ -263,18 +263,14 @@ def _role_names():
     return {role for role, _ in validation.role_options().values()}
 
 
-def fleet_resolve_models(fleet_models, accelerator, serve_defaults=None, serve_env=None,
-                         launch_profiles=None, base_port=None, listen=None, api_key=False, unauthenticated=False,
-                         host=None):
-    # api_key: whether the group has a fleet_serve_api_key (a boolean, never the key).
-    # host: inventory_hostname, so that a model spanning other hosts is not this node's.
-    resolved, problems = models.resolve_models(
-        _plain(fleet_models), _plain(accelerator), serve_defaults=_plain(serve_defaults),
-        serve_env=_plain(serve_env), launch_profiles=_plain(launch_profiles), base_port=base_port,
-        listen=_plain(listen), api_key=bool(api_key), unauthenticated=bool(unauthenticated),
-        host=None if host is None else str(host))
+def fleet_node_models(inputs, host):
+    """What node `host` serves (vllm_fleet.models.node_models, the one resolution): `inputs` holds
+    the host's models.NODE_INPUTS as the play sees them (role defaults included), with
+    fleet_serve_api_key as whether there is one. Called once, in roles/fleet/vars
+    (`_fleet_node_models`); every role reads that."""
+    resolved, problems = models.node_models(_plain(inputs), None if host is None else str(host))
     if problems:
-        raise AnsibleFilterError("fleet_resolve_models: " + "; ".join(problems))
+        raise AnsibleFilterError("fleet_node_models: " + "; ".join(problems))
     return resolved
 
 
@@ -554,7 +550,7 @@ class FilterModule:
             "fleet_monitoring_targets": fleet_monitoring_targets,
             "fleet_monitoring_api_keys": fleet_monitoring_api_keys,
             "fleet_engine_api_key": fleet_engine_api_key,
-            "fleet_resolve_models": fleet_resolve_models,
+            "fleet_node_models": fleet_node_models,
             "vllm_serve_argv": vllm_serve_argv,
             "vllm_launch_argv": vllm_launch_argv,
             "vllm_container_argv": vllm_container_argv,

@@ -9,8 +9,11 @@ roles' templates and `vllm-fleet plan` all call it, so there is one source of tr
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import ipaddress
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -496,3 +499,61 @@ def resolve_models(models: list[dict] | None, accelerator: dict | None, *,
                                 "on the host; clients choose an adapter by its name, so it must differ from every "
                                 "served_model_name")
     return resolved, problems
+
+
+# ------------------------------------------------------------------ what a node serves: one resolution
+
+#: The host variables a node's models are resolved from; node_models reads these and nothing else.
+NODE_INPUTS = ("fleet_models", "fleet_accelerator", "fleet_serve_defaults", "fleet_serve_env",
+               "fleet_launch_profiles", "fleet_serve_base_port", "fleet_serve_listen", "fleet_serve_api_key",
+               "fleet_serve_unauthenticated")
+# Within resolved_once(): each node's models, resolved once (validation asks for them from the
+# port registry, the router's and monitoring's rules: dozens of times per inventory, some through
+# shallow copies of a host's variables). The key is the host and the identity of each input; the
+# memo keeps the inputs alive, so that an identity cannot be reused by another value meanwhile.
+_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("node_models_memo", default=None)
+
+
+@contextlib.contextmanager
+def resolved_once() -> Iterator[None]:
+    """Within it, node_models resolves each (host, variables) once; the variables must not
+    change inside it (validation reads, never writes, the inventory)."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def node_models(host_vars: Mapping[str, Any], host: str | None) -> tuple[list[dict], list[str]]:
+    """What node `host` serves, from its variables (NODE_INPUTS): (resolved models, problems).
+
+    The one resolution of a node's models (tests/unit/test_node_models.py keeps it so): the
+    roles read it through the filter fleet_node_models, called once, in roles/fleet/vars
+    (`_fleet_node_models`); validation, the router, monitoring, status, bench and plan through
+    this function. fleet_serve_api_key is read as whether there is one (resolved models are shown
+    in plans and logs, never the key). Variables of the wrong shape (the schema reports them)
+    resolve to no model."""
+    inputs = tuple(host_vars.get(name) for name in NODE_INPUTS)
+    memo = _MEMO.get()
+    if memo is None:
+        return _node_models(inputs, host)
+    key = (host, *map(id, inputs))
+    if key not in memo:
+        try:
+            memo[key] = (inputs, _node_models(inputs, host), None)
+        except Exception as exc:  # noqa: BLE001 - kept and raised again to every caller, as without the memo
+            memo[key] = (inputs, None, exc)
+    _, result, error = memo[key]
+    if error is not None:
+        raise error
+    return copy.deepcopy(result)  # a reader that changes what it got changes no other reader's
+
+
+def _node_models(inputs: tuple, host: str | None) -> tuple[list[dict], list[str]]:
+    fleet_models, accelerator, defaults, env, launch_profiles, base_port, listen, api_key, unauthenticated = inputs
+    if not isinstance(fleet_models if fleet_models is not None else [], list) or not isinstance(accelerator, dict):
+        return [], []
+    return resolve_models(fleet_models, accelerator, serve_defaults=defaults, serve_env=env,
+                          launch_profiles=launch_profiles, base_port=base_port, listen=listen, api_key=bool(api_key),
+                          unauthenticated=unauthenticated is True, host=host)

@@ -7,13 +7,10 @@ exactly one the template can render.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import re
-from collections.abc import Iterator
 from typing import Any
 
-from vllm_fleet.models import WILDCARDS, host_engine_api_key, is_loopback, resolve_models, url_host
+from vllm_fleet.models import WILDCARDS, host_engine_api_key, is_loopback, node_models, url_host
 from vllm_fleet.role_specs import role_default
 
 #: HAProxy names (backends, servers) take letters, digits and `-_.:`; anything else becomes `_`.
@@ -54,58 +51,12 @@ def haproxy_name(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
-# Within resolved_once(): each host's served models, resolved once (validation asks for them
-# from the port registry, the router's and monitoring's rules: dozens of times per inventory,
-# some through shallow copies of a host's variables). The key is the host and the identity of
-# each variable resolve_models reads; the memo keeps those values alive, so that an identity
-# cannot be reused by another value while the memo lives.
-_RESOLVE_INPUTS = ("fleet_models", "fleet_accelerator", "fleet_serve_defaults", "fleet_serve_env",
-                   "fleet_launch_profiles", "fleet_serve_base_port", "fleet_serve_listen", "fleet_serve_api_key",
-                   "fleet_serve_unauthenticated")
-_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("served_models_memo", default=None)
-
-
-@contextlib.contextmanager
-def resolved_once() -> Iterator[None]:
-    """Within it, served_models resolves each (host, variables) once; the variables must not
-    change inside it (validation reads, never writes, the inventory)."""
-    token = _MEMO.set({})
-    try:
-        yield
-    finally:
-        _MEMO.reset(token)
-
-
 def served_models(host_vars: dict, host: str) -> list[dict]:
     """The enabled, resolved models of fleet node `host` (ports filled in as the node gets them;
     a model spanning nodes only on its head, where vllm serve runs: every reader of what a node
-    serves, the router, monitoring, status and bench, asks with the host's name)."""
-    memo = _MEMO.get()
-    if memo is None:
-        return _served_models(host_vars, host)
-    inputs = tuple(host_vars.get(name) for name in _RESOLVE_INPUTS)
-    key = (host, *map(id, inputs))
-    if key not in memo:
-        try:
-            memo[key] = (inputs, _served_models(host_vars, host), None)
-        except Exception as exc:  # noqa: BLE001 - kept and raised again to every caller, as without the memo
-            memo[key] = (inputs, None, exc)
-    _, models, error = memo[key]
-    if error is not None:
-        raise error
-    return list(models)
-
-
-def _served_models(host_vars: dict, host: str) -> list[dict]:
-    accelerator = host_vars.get("fleet_accelerator")
-    if not isinstance(host_vars.get("fleet_models", []), list) or not isinstance(accelerator, dict):
-        return []
-    models, _ = resolve_models(
-        host_vars.get("fleet_models"), accelerator,
-        serve_defaults=host_vars.get("fleet_serve_defaults"), serve_env=host_vars.get("fleet_serve_env"),
-        launch_profiles=host_vars.get("fleet_launch_profiles"), base_port=host_vars.get("fleet_serve_base_port"),
-        listen=host_vars.get("fleet_serve_listen"), api_key=bool(host_vars.get("fleet_serve_api_key")),
-        unauthenticated=host_vars.get("fleet_serve_unauthenticated") is True, host=host)
+    serves, the router, monitoring, status and bench, asks with the host's name), from the one
+    resolution (vllm_fleet.models.node_models)."""
+    models, _ = node_models(host_vars, host)
     return [m for m in models if m.get("enabled") and isinstance(m.get("port"), int)]
 
 

@@ -7,13 +7,14 @@ import copy
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import EXAMPLE_DIFFERENCES, GROUP_OF, ansible_playbook, example_hosts
-from vllm_fleet import router, validation
+from vllm_fleet import models, router, validation
 from vllm_fleet.validation import router_problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,7 +226,7 @@ def _inventory(tmp_path: Path) -> Path:
     doc = {"all": {"children": {
         "fleet": {"children": {g: {"hosts": {h: fleet[h] for h in hosts}} for g, hosts in groups.items()}},
         "router": {"hosts": {"router-01": {
-            "ansible_connection": "local", "ansible_python_interpreter": str(ROOT / ".venv/bin/python"),
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
             "router_listen_address": "127.0.0.1",
             "router_models": [{"name": "gpt-oss-20b", "port": 9000},
                               {"name": "qwen3-0.6b", "port": 9001, "policy": "round_robin"}]}}}}}}
@@ -554,7 +555,7 @@ def test_the_role_spec_offers_exactly_the_routers_policies():
 
 
 def test_the_memo_of_served_models_keys_on_every_variable_they_are_resolved_from():
-    """router.resolved_once keys a host's served models on the variables resolve_models reads:
+    """models.resolved_once keys a node's models on the variables node_models reads (NODE_INPUTS):
     one read that is not among them would serve a stale answer for a changed variable."""
     class Recording(dict):
         read: set[str] = set()
@@ -569,9 +570,9 @@ def test_the_memo_of_served_models_keys_on_every_variable_they_are_resolved_from
 
     host_vars = example_hosts()["nvidia-01"]
     plain = router.served_models(host_vars, "nvidia-01")
-    router._served_models(Recording(host_vars), "nvidia-01")
-    assert plain and Recording.read <= set(router._RESOLVE_INPUTS), Recording.read - set(router._RESOLVE_INPUTS)
-    with router.resolved_once():
+    router.served_models(Recording(host_vars), "nvidia-01")
+    assert plain and Recording.read <= set(models.NODE_INPUTS), Recording.read - set(models.NODE_INPUTS)
+    with models.resolved_once():
         first = router.served_models(host_vars, "nvidia-01")
         assert router.served_models(dict(host_vars), "nvidia-01") == first == plain
         changed = {**host_vars, "fleet_serve_base_port": 9100}

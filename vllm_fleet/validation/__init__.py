@@ -39,8 +39,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from vllm_fleet import router
-from vllm_fleet.models import flag_key, node_devices, resolve_models
+from vllm_fleet.models import flag_key, node_devices, node_models, resolved_once
 from vllm_fleet.role_specs import secret_declarations
 from vllm_fleet.secrets import SECRET_NAME
 from vllm_fleet.secrets import secret_values as _secret_values
@@ -141,11 +140,7 @@ def validate_host(host: str, host_vars: dict) -> tuple[list[str], list[dict]]:
 def _model_problems(host: str, doc: dict, host_vars: dict) -> tuple[list[dict], list[str]]:
     if not isinstance(doc.get("fleet_models", []), list) or not isinstance(doc.get("fleet_accelerator"), dict):
         return [], []
-    models, problems = resolve_models(
-        doc.get("fleet_models"), doc.get("fleet_accelerator"),
-        serve_defaults=doc.get("fleet_serve_defaults"), serve_env=doc.get("fleet_serve_env"),
-        launch_profiles=doc.get("fleet_launch_profiles"), base_port=doc.get("fleet_serve_base_port"),
-        host=host)
+    models, problems = node_models(doc, host)
     problems += paths.model_path_problems(host_vars, models)
     problems += ports.disabled_model_problems(host_vars, doc)
     vendor = doc["fleet_accelerator"].get("vendor")
@@ -200,10 +195,10 @@ def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str],
     serves). Monitoring hosts alike; a fleet node may also be one. Every host of the run,
     whatever its groups, passes the rules by class and the port registry.
 
-    Each node's served models are resolved once for the whole call (router.resolved_once).
+    Each node's served models are resolved once for the whole call (vllm_fleet.models.resolved_once).
     """
     rendering = render_problems(unrendered or {}, run_hosts)
-    with router.resolved_once():
+    with resolved_once():
         problems = rendering + _validate_inventory(all_hosts, run_hosts)
     every_secret = sorted({s for v in all_hosts.values() for s in secret_values(v)}, key=len, reverse=True)
     return list(dict.fromkeys(mask_secrets(problems, every_secret))) if rendering else problems

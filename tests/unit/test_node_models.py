@@ -1,0 +1,79 @@
+"""What a node serves is resolved in one place (issue 36, item 1).
+
+vllm_fleet.models.node_models is the one resolution of a node's models: the only caller of
+resolve_models; the Python readers that call it are listed here with their reason, and the
+roles read it through one filter call, in roles/fleet/vars (`_fleet_node_models`). A second
+place that resolves models (a role's vars, a molecule check, a module of the package) fails
+this test.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.conftest import example_hosts
+from vllm_fleet import models, router
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = [p for d in ("vllm_fleet", "filter_plugins", "library", "module_utils", "scripts")
+          for p in sorted((ROOT / d).rglob("*")) if p.is_file() and (p.suffix == ".py" or d == "scripts")]
+YAML = [p for d in ("roles", "playbooks", "molecule", "tests/lab") for p in sorted((ROOT / d).rglob("*.yml"))]
+#: Who calls node_models, and why.
+NODE_MODELS_CALLERS = {
+    "filter_plugins/fleet.py": "fleet_node_models, the roles' one call (roles/fleet/vars)",
+    "vllm_fleet/router.py": "served_models: the router, monitoring, status and bench read a node's served models",
+    "vllm_fleet/validation/__init__.py": "validation judges every model, disabled ones too, with its problems",
+}
+
+
+def calls(path: Path, name: str) -> list[str]:
+    """The functions of `path` that call `name` (a Python file; a script without .py is parsed too)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (SyntaxError, UnicodeDecodeError):
+        return []
+    found = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                    if called == name:
+                        found.append(fn.name)
+    return found
+
+
+def test_resolve_models_is_called_by_node_models_only():
+    callers = {str(p.relative_to(ROOT)): calls(p, "resolve_models") for p in PYTHON}
+    assert {k: v for k, v in callers.items() if v} == {"vllm_fleet/models.py": ["_node_models"]}
+
+
+def test_node_models_is_called_by_the_listed_readers_only():
+    callers = {str(p.relative_to(ROOT)) for p in PYTHON if calls(p, "node_models")}
+    assert callers - {"vllm_fleet/models.py"} == set(NODE_MODELS_CALLERS)
+
+
+def test_the_roles_resolve_a_node_s_models_once():
+    uses = {str(p.relative_to(ROOT)): len(re.findall(r"\bfleet_node_models\b", p.read_text())) for p in YAML}
+    assert {k: v for k, v in uses.items() if v} == {"roles/fleet/vars/main.yml": 1}
+    assert not [p for p in YAML if "fleet_resolve_models" in p.read_text()]
+
+
+def test_the_readers_get_what_node_models_resolves():
+    hosts = example_hosts()
+    for host, host_vars in hosts.items():
+        resolved, problems = models.node_models(host_vars, host)
+        assert problems == [], (host, problems)
+        served = [m for m in resolved if m["enabled"] and isinstance(m.get("port"), int)]
+        assert router.served_models(host_vars, host) == served
+
+
+def test_a_reader_that_changes_its_copy_changes_no_other_s():
+    host_vars = example_hosts()["nvidia-01"]
+    with models.resolved_once():
+        first, _ = models.node_models(host_vars, "nvidia-01")
+        first[0]["port"] = 1
+        again, _ = models.node_models(host_vars, "nvidia-01")
+        assert again[0]["port"] != 1
