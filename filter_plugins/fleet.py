@@ -510,15 +510,15 @@ def fleet_mirror_problems(hostvars, groups, manifest, url, inventory="", hosts_o
 
 def fleet_plan_files(role_files, plan_dir, host, hostvars):
     """A role's files of `host` as one fleet_files call's arguments that write them into the plan
-    (vllm_fleet/plan.py): under plan_dir/<host>/, every secret of the inventory masked."""
-    from vllm_fleet import plan  # noqa: PLC0415 - only where a plan is made
+    (vllm_fleet/plans.py): under plan_dir/<host>/, every secret of the inventory masked."""
+    from vllm_fleet import plans as plan  # noqa: PLC0415 - only where a plan is made
 
     return plan.files(_plain(role_files), str(plan_dir), str(host), plan.inventory_secrets(hostvars))
 
 
 def fleet_plan_dir_problem(plan_dir):
     """Why plan_dir cannot take a plan ('' when it can: new, empty, or an earlier plan's)."""
-    from vllm_fleet import plan  # noqa: PLC0415 - only where a plan is made
+    from vllm_fleet import plans as plan  # noqa: PLC0415 - only where a plan is made
 
     return plan.problem(str(plan_dir))
 

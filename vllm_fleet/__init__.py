@@ -11,7 +11,8 @@ The package is layered; a module imports only from its own layer or those below
 1. project data: ``vendors`` (the vendor list and contracts), ``models``, ``cluster``, ``role_specs``;
 2. domain: ``validation`` (one module per class of value, ``vendor_rules/<vendor>``), ``router``,
    ``monitoring``, ``inventory`` (the one reader of an inventory's hosts and variables), ``mirror`` (the
-   fleet's own mirror: its layout, an inventory's bill of materials, the sync);
+   fleet's own mirror: its layout, an inventory's bill of materials, the sync), ``plans`` (the plan's
+   directory and files);
 3. features: ``live_status``, ``bench``, ``canary``, ``argcheck``;
 4. surfaces: ``api`` (re-exported here) and ``cli``;
 5. the lab simulator, ``lab`` (its vendors' publishers in ``lab/publishers``), which nothing

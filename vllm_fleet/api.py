@@ -34,7 +34,7 @@ from vllm_fleet import bench as _bench
 from vllm_fleet import canary as _canary
 from vllm_fleet import inventory as _inventory
 from vllm_fleet import live_status, role_specs
-from vllm_fleet import plan as _plan
+from vllm_fleet import plans as _plan
 from vllm_fleet import secrets as secrets_mod
 from vllm_fleet.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_INVENTORY, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.mirror import bom as _mirror_bom

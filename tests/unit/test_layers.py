@@ -41,7 +41,7 @@ LAYERS = {
     # the domain validation and the filters read; its sync is the connected machine's.
     "vllm_fleet.mirror": 2,
     # the plan's directory and files (playbooks/plan.yml's filters, the API's plan).
-    "vllm_fleet.plan": 2,
+    "vllm_fleet.plans": 2,
     # 3 features: live status, bench, the vLLM parser checks.
     "vllm_fleet.live_status": 3,
     "vllm_fleet.bench": 3,
@@ -223,3 +223,14 @@ def test_relative_and_function_level_imports_are_edges(tmp_path):
     cycles = [p for p in violations(graph, {"vllm_fleet": 0, "vllm_fleet.low": 0, "vllm_fleet.sub": 0})
               if p.startswith("import cycle")]
     assert cycles == ["import cycle: vllm_fleet.low -> vllm_fleet.sub -> vllm_fleet.sub.thing -> vllm_fleet.low"]
+
+
+def test_no_module_of_the_package_is_named_like_the_api():
+    """The root package re-exports the API (vllm_fleet.plan, vllm_fleet.status, ...) on first use;
+    a submodule of the same name, once imported, would shadow it (vllm_fleet.plan(...) then
+    fails with "'module' object is not callable")."""
+    import vllm_fleet  # noqa: PLC0415 - its _API only
+
+    names = {p.stem for p in PACKAGE_DIR.glob("*.py")} | {p.name for p in PACKAGE_DIR.iterdir()
+                                                          if (p / "__init__.py").is_file()}
+    assert names & set(vllm_fleet._API) == set()
