@@ -95,11 +95,18 @@ def load_module(path: Path, name: str | None = None, register: bool = False) -> 
 PLAYBOOK_TIMEOUT = 1200
 
 
+def venv_tool(name: str) -> str:
+    """A console script (ansible-playbook, vllm-fleet, ...) of the venv that runs the tests: ROOT/.venv
+    under scripts/test, another controller's venv (its Python picks its ansible-core, docs/testing.md)
+    when that venv's python runs pytest."""
+    return str(Path(sys.executable).parent / name)
+
+
 def ansible_playbook(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """ansible-playbook from the project's venv, run from the repository root with its
+    """ansible-playbook from the venv that runs the tests, run from the repository root with its
     ansible.cfg (as a user would), output captured; `env` adds to the environment."""
     full_env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", **(env or {})}
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), *args], cwd=ROOT, env=full_env,
+    return subprocess.run([venv_tool("ansible-playbook"), *args], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT)
 
 
@@ -108,9 +115,8 @@ def ansible_module(name: str, args: dict, check: bool = False, diff: bool = Fals
     runs it; returns its result (the JSON after "localhost | CHANGED =>", "| SUCCESS =>" or
     "| FAILED! =>", whatever --diff prints after it left out)."""
     import json
-    import sys
 
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+    cmd = [venv_tool("ansible"), "localhost", "-c", "local", "-i", "localhost,",
            "-e", f"ansible_python_interpreter={sys.executable}", "-m", name, "-a", json.dumps(args)]
     proc = subprocess.run(cmd + (["--check"] if check else []) + (["--diff"] if diff else []), cwd=ROOT,
                           capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C.UTF-8"})

@@ -1017,10 +1017,11 @@ def tool_env() -> dict[str, str]:
 
 
 def venv_tool(name: str) -> str:
-    """A console script of the venv that runs the tests (ROOT/.venv in a checkout)."""
+    """A console script of the venv that runs the tests (ROOT/.venv under scripts/test; another
+    controller's venv when its python runs them), else this checkout's .venv."""
     import sys
 
-    for candidate in (ROOT / ".venv" / "bin" / name, Path(sys.executable).parent / name):
+    for candidate in (Path(sys.executable).parent / name, ROOT / ".venv" / "bin" / name):
         if candidate.exists():
             return str(candidate)
     return shutil.which(name) or name

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import venv_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 # VLLM_FLEET_LAB_PREFIX names the labs apart when two checkouts run the suite at once.
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "itest"
@@ -136,7 +138,7 @@ def lab_env() -> dict:
 def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
                  overrides: Path | None = None) -> subprocess.CompletedProcess:
     """ansible-playbook against the test lab, from the project root like a user would."""
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(INVENTORY)]
+    cmd = [venv_tool("ansible-playbook"), "-i", str(INVENTORY)]
     if overrides:
         cmd += ["-i", str(overrides)]
     cmd += [playbook, *args]

@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import vllm_fleet
+from tests.conftest import venv_tool
 
-from .conftest import INVENTORY, LAB, ROOT
+from .conftest import INVENTORY, LAB
 
 PLANTED = "ms-PLANTED-8c1f0e7d-do-not-print"
 
@@ -27,7 +28,7 @@ def test_api_provision_returns_per_host_results(lab):
 def test_cli_names_the_unreachable_host_and_exits_3(lab):
     lab.stop(LAB, "nvidia-02")
     try:
-        proc = subprocess.run([str(ROOT / ".venv/bin/vllm-fleet"), "provision", "-i", str(INVENTORY), "-l", "nvidia-02",
+        proc = subprocess.run([venv_tool("vllm-fleet"), "provision", "-i", str(INVENTORY), "-l", "nvidia-02",
                                "--json"], capture_output=True, text=True, timeout=300)
     finally:
         lab.start(LAB, "nvidia-02")

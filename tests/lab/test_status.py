@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import venv_tool
 from tests.lab.conftest import INVENTORY, LAB, ROOT, run_playbook
 
 HOSTS = ("ascend-01", "ascend-02", "nvidia-01", "nvidia-02")
@@ -24,7 +25,7 @@ STOPPED = "ascend-02"
 
 def status(*args: str) -> tuple[int, dict, float]:
     started = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "status", "-i", str(INVENTORY), "--json", *args],
+    proc = subprocess.run([venv_tool("vllm-fleet"), "status", "-i", str(INVENTORY), "--json", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
     assert proc.stdout, proc.stderr

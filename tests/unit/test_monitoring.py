@@ -120,7 +120,7 @@ def _inventory(tmp_path: Path) -> Path:
     doc = {"all": {"children": {
         "fleet": {"children": {g: {"hosts": {h: hosts[h] for h in hs}} for g, hs in groups.items()}},
         "monitoring": {"hosts": {"mon-01": {
-            "ansible_connection": "local", "ansible_python_interpreter": str(ROOT / ".venv/bin/python"),
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
             "ansible_host": "192.0.2.6"}}},
         # A router with HAProxy's exporter, team keys and a vllm-router pool: three more jobs.
         "router": {"hosts": {"router-01": {

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import venv_tool
+
 from ..conftest import RUN_TIMEOUT, lab_session, run_kept
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +50,7 @@ def faults(lab):
 
 def playbook_cmd(*args: str, playbook: str = "site.yml") -> list[str]:
     path = playbook if playbook == "site.yml" else str(HERE / playbook)
-    return [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(INVENTORY), path, *args]
+    return [venv_tool("ansible-playbook"), "-i", str(INVENTORY), path, *args]
 
 
 def run_playbook(*args: str, playbook: str = "site.yml", timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.conftest import venv_tool
+
 from ..conftest import lab_env as env
 from ..conftest import recap
 from .conftest import INVENTORY, LAB, ROOT, artifact_path, playbook_cmd, run_playbook
@@ -49,7 +51,7 @@ def interrupted(lab):
     # ascend-01's whole file in the cache before the Ctrl-C.
     lab.set_faults(LAB, {slow: {"mode": "slow", "seconds": 900, "times": 20}})
     before = boot_id(lab, "ascend-02")
-    cli = subprocess.Popen([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "provision", "-i", str(INVENTORY),
+    cli = subprocess.Popen([venv_tool("vllm-fleet"), "provision", "-i", str(INVENTORY),
                             "-l", "ascend-01"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     play = subprocess.Popen(playbook_cmd("-l", "ascend-02"), cwd=ROOT, env=env(), stdout=subprocess.PIPE,

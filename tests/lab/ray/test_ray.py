@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import venv_tool
 from tests.lab.conftest import (
     RUN_TIMEOUT,
     answer_text,
@@ -50,7 +51,7 @@ UNIT = f"vllm-{MODEL}"
 
 def playbook(*args: str, timeout: int = RUN_TIMEOUT) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = run_kept([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), *args], timeout=timeout)
+    proc = run_kept([venv_tool("ansible-playbook"), "-i", str(INVENTORY), *args], timeout=timeout)
     return proc, time.monotonic() - start
 
 

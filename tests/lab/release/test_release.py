@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import venv_tool
 from tests.lab.conftest import answer_text, changed_tasks, chat_completion, lab_session, recap, run_kept
 from vllm_fleet.vendors import vendor_release_id
 
@@ -36,7 +37,7 @@ BASE = "/opt/vllm-fleet"
 
 def converge() -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = run_kept([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), "site.yml"])
+    proc = run_kept([venv_tool("ansible-playbook"), "-i", str(INVENTORY), "site.yml"])
     return proc, time.monotonic() - start
 
 
@@ -130,7 +131,7 @@ def test_release_switch_and_rollback(lab):
     # 3. Rollback: back on A, no request to the lab's web server (no download), in seconds.
     requests_before = len(web_requests(lab))
     start = time.monotonic()
-    rollback = run_kept([str(ROOT / ".venv/bin/vllm-fleet"), "rollback", "-i", str(INVENTORY), "-q"])
+    rollback = run_kept([venv_tool("vllm-fleet"), "rollback", "-i", str(INVENTORY), "-q"])
     took_rollback = time.monotonic() - start
     print(f"vllm-fleet rollback {took_rollback:.1f} s")
     assert rollback.returncode == 0, rollback.stdout[-5000:] + rollback.stderr[-2000:]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import venv_tool
 from tests.lab.conftest import answer_text, chat_completion, lab_session, recap, run_kept
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,12 +36,12 @@ BASE = "/opt/vllm-fleet"
 
 
 def playbook(*args: str, playbook: str = "site.yml") -> subprocess.CompletedProcess:
-    cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
+    cmd = [venv_tool("ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
     return run_kept(cmd)
 
 
 def vllm_fleet(*args: str) -> subprocess.CompletedProcess:
-    return run_kept([str(ROOT / ".venv/bin/vllm-fleet"), *args, "-i", str(INVENTORY), "-q"])
+    return run_kept([venv_tool("vllm-fleet"), *args, "-i", str(INVENTORY), "-q"])
 
 
 def set_host_vars(host: str, **values) -> None:

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
+from tests.conftest import venv_tool
 from tests.lab.conftest import answer_text, recap
 from tests.lab.conftest import lab_env as env
 from tests.lab.router.conftest import (
@@ -181,7 +182,7 @@ def test_a_node_whose_device_turns_critical_leaves_the_pool_and_comes_back(route
 
 
 def status_of(node: str) -> tuple[int, dict]:
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "vllm-fleet"), "status", "-i", str(INVENTORY), "--json",
+    proc = subprocess.run([venv_tool("vllm-fleet"), "status", "-i", str(INVENTORY), "--json",
                            "--window", "0.2", "-l", node], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=env())
     assert proc.stdout, proc.stderr

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import venv_tool
 from tests.lab.conftest import RUN_TIMEOUT, recap
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -141,7 +142,7 @@ def test_a_lab_node_of_the_new_vendor_converges_and_serves(tree):
         assert up.returncode == 0, out(up)
         print(f"lab up (1 ACME node) {time.monotonic() - start:.1f} s")
         start = time.monotonic()
-        converge = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), "site.yml"],
+        converge = subprocess.run([venv_tool("ansible-playbook"), "-i", str(inventory), "site.yml"],
                                   cwd=tree, env=env(tree), capture_output=True, text=True, timeout=RUN_TIMEOUT)
         print(f"converge {time.monotonic() - start:.1f} s")
         assert converge.returncode == 0, out(converge)
