@@ -49,8 +49,11 @@ def fleet_inventory_problems(hostvars, hosts, sources=None):
         problems = [p for source in sources or [] if Path(str(source)).exists()
                     for p in files.file_problems(str(source))]
         unrendered: dict[str, dict[str, str]] = {}
-        every = {h: _validated_vars(hostvars, h, unrendered.setdefault(str(h), {})) for h in hostvars.keys()}
-        return problems + validation.validate_inventory(every, [str(h) for h in hosts], unrendered=unrendered), every
+        later: dict[str, dict[str, str]] = {}
+        every = {h: _validated_vars(hostvars, h, unrendered.setdefault(str(h), {}), later.setdefault(str(h), {}))
+                 for h in hostvars.keys()}
+        return problems + validation.validate_inventory(every, [str(h) for h in hosts], unrendered=unrendered,
+                                                        later=later), every
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
 
@@ -98,11 +101,14 @@ def fleet_validation_not_skipped(pattern, groups=None, limit=None, sources=None)
     return pattern
 
 
-def _validated_vars(hostvars, host, unrendered=None):
+def _validated_vars(hostvars, host, unrendered=None, later=None):
     """The variables of `host` that validation reads, as plain values: rendered as the roles will
     render them (templates, lookups, vault). A variable that cannot be rendered is left out and,
     where `unrendered` is given, its error kept there by name (validation refuses it by name:
-    vllm_fleet.validation.render_problems); without it, the error is raised as before."""
+    vllm_fleet.validation.render_problems); without it, the error is raised as before. Where
+    `later` is given, a variable whose template reads something known only later (facts, the
+    environment, a command: vllm_fleet.validation.later) is left out unrendered and its refusal
+    kept there by name."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     hv = hostvars[host]
@@ -111,11 +117,11 @@ def _validated_vars(hostvars, host, unrendered=None):
     if unrendered is None:
         return {k: _plain(hv[k]) for k in names}
     out = {}
-    raw = _raw_vars(hostvars, host)
+    deferred = validation.later_reads(_as_written(_raw_vars(hostvars, host)), names) if later is not None else {}
     for k in names:
-        if "ansible_facts" in str(raw.get(k, "")):
-            # Validated now, used after the facts are gathered: what it becomes is never judged.
-            unrendered[k] = "its template reads ansible_facts, which are gathered after validation"
+        if k in deferred:
+            # Judged now, used later as something else: refused (validation.later), never rendered here.
+            later[k] = deferred[k]
             continue
         try:
             out[k] = _plain(hv[k])
@@ -131,8 +137,29 @@ def _raw_vars(hostvars, host) -> dict:
     """The host's variables as written (templates unrendered), or {} where Ansible cannot say."""
     try:
         return hostvars.raw_get(host)
-    except Exception:  # noqa: BLE001 - only for the facts rule: without it the values are still judged
+    except Exception:  # noqa: BLE001 - only for the rule of values known later: the values are still judged
         return {}
+
+
+def _as_written(value):
+    """`value` as plain data, a string Ansible would not render (`!unsafe`: not trusted as a
+    template) as None: it reads nothing."""
+    try:
+        from ansible.template import is_trusted_as_template  # noqa: PLC0415 - ansible-core >= 2.19
+    except ImportError:  # before data tagging every string is a template
+        def is_trusted_as_template(_value):
+            return True
+
+    def walk(v):
+        if isinstance(v, dict) or hasattr(v, "items"):
+            return {str(k): walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        if isinstance(v, str):
+            return str(v) if is_trusted_as_template(v) else None
+        return v
+
+    return walk(value)
 
 
 def fleet_inputs_digest(hostvars, host, groups=None):
@@ -266,7 +293,7 @@ def _role_names():
 def fleet_node_models(inputs, host):
     """What node `host` serves (vllm_fleet.models.node_models, the one resolution): `inputs` holds
     the host's models.NODE_INPUTS as the play sees them (role defaults included), with
-    fleet_serve_api_key as whether there is one. Called once, in roles/fleet/vars
+    fleet_serve_api_key as whether there is one. Called once, in roles/stages/fleet/vars
     (`_fleet_node_models`); every role reads that."""
     resolved, problems = models.node_models(_plain(inputs), None if host is None else str(host))
     if problems:

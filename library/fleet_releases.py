@@ -3,7 +3,7 @@
 # Apache-2.0 (see pyproject.toml)
 """Ansible module: a node's releases in one round trip: read them, and mark, switch and prune.
 
-Why it exists: roles/fleet_release needs, on every run and in check mode, the release
+Why it exists: roles/blocks/fleet_release needs, on every run and in check mode, the release
 directories, which of them hold their completion marker, where the current link points
 and the release history; a converge then writes the new release's marker, switches the
 link, records the history and prunes old releases. With ansible.builtin modules that is

@@ -811,8 +811,8 @@ def gather(module, params):
 
 
 # ---------------------------------------------------------------------------
-# Reading outside Ansible: the node's own helpers (roles/monitoring's device health
-# collector, roles/health_agent's agent), copied beside this file on the node
+# Reading outside Ansible: the node's own helpers (roles/services/monitoring's device health
+# collector, roles/blocks/health_agent's agent), copied beside this file on the node
 # ---------------------------------------------------------------------------
 SMI_TIMEOUT_S = 20
 

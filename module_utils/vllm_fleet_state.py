@@ -11,7 +11,7 @@ never compare one by one are folded into what the roles do compare:
   distributions it holds (their ``*.dist-info`` names, which carry the versions), so a
   moved pinned package shows, not each of its thousands of files;
 - a git checkout's history (``.git``) into the commit its HEAD names (its files are walked);
-- a model's directory (it holds the completion marker of roles/model_fetch) into the marker.
+- a model's directory (it holds the completion marker of roles/blocks/model_fetch) into the marker.
 
 ``__pycache__`` directories (written by whoever imports the code) and the paths given as
 ``skip`` (a service's own home, where the engine writes its caches) are not recorded.

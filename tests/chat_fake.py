@@ -1,4 +1,4 @@
-"""A stand-in for what the router serves the web chat page (roles/router/files/chat/), standard
+"""A stand-in for what the router serves the web chat page (roles/services/router/files/chat/), standard
 library only, on 127.0.0.1: the page's files and a config.json under PREFIX, each model's
 `/v1/models` and streaming `/v1/chat/completions` (vLLM's Server-Sent Events, checked against a
 team key), and the Prometheus text the fleet panel reads (a replica's vLLM metrics, a node's
@@ -17,7 +17,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-PAGE_DIR = Path(__file__).resolve().parent.parent / "roles" / "router" / "files" / "chat"
+PAGE_DIR = Path(__file__).resolve().parent.parent / "roles" / "services" / "router" / "files" / "chat"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "chat.js": "text/javascript; charset=utf-8",
               "chat.css": "text/css; charset=utf-8"}
 PREFIX = "/ui/"  # the page is not at the root: every path it calls is relative

@@ -151,7 +151,7 @@ def example():
 def lab_host_vars(ctx: dict, node, group: str) -> dict:
     """One lab node's variables as `vllm-fleet lab up` writes them: the lab inventory's
     templates (group_vars of `all` and `group`, then the node's host_vars) rendered with `ctx`
-    (vllm_fleet.lab.inventory.render_context)."""
+    (vllm_fleet_lab.inventory.render_context)."""
     import jinja2
 
     lab_inventory = ROOT / "lab" / "inventory"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import random
 import re
 import resource
@@ -399,9 +400,9 @@ class Generator:
             if isinstance(value, int) and not FRACTIONAL.search(key):
                 self.add("numbers", host, path, value + 0.5, note="a float for an integer")
                 self.add("numbers", host, path, float(value), note="a whole float for an integer")
-            self._number_forms(host, path, loose)
+            self._number_forms(host, path)
 
-        # the class: a role option's declared one (roles/<role>/meta/classes.yml), a key's by its name
+        # the class: a role option's declared one (roles/<layer>/<role>/meta/classes.yml), a key's by its name
         cls = self._declared(path)
         if (cls == "port") if cls else PORT_NAME.search(key):
             self._ports(host, path)
@@ -428,19 +429,22 @@ class Generator:
         """The declared class of a top-level role option (None for a key inside a structure)."""
         return self.classes.class_of(str(path[0])) if len(path) == 1 else None
 
-    def _number_forms(self, host, path, loose=False):
-        """Every number's forms that no bound holds or no consumer means: NaN, the infinities and,
-        outside serve flags (where true is a switch), a boolean."""
+    def _number_forms(self, host, path):
+        """Every number's forms that no bound holds or no consumer means: NaN, the infinities and
+        a boolean either way (in an environment, where True is the text 'True', none)."""
         for bad, what in ((float("nan"), "NaN"), (float("inf"), "infinity"), (float("-inf"), "minus infinity")):
             self.add("numbers", host, path, bad, note=what)
-        if not loose:
-            self.add("wrong_type", host, path, True, note="a boolean for a number")
+        if not any(isinstance(p, str) and (p == "env" or p.endswith("_env")) for p in path[:-1]):
+            for bad in (True, False):
+                self.add("wrong_type", host, path, bad, note="a boolean for a number")
 
     def _ports(self, host, path):
         for bad in (22, 80, 0, 65536, -1):
             self.add("ports", host, path, bad)
         if path == ("fleet_serve_base_port",) and not self._derives_ports(host):
             return  # no model takes its port from the base here: it listens on nothing, SSH's port included
+        if path == ("model_fetch_share_port",) and self.base[host].get("model_fetch_distribution") != "waves":
+            return  # the share listens only when models are distributed in waves
         self.add("ports", host, path, 2222, extra=[(host, ("ansible_port",), 2222)], note="the host's ansible_port")
 
     def _derives_ports(self, host) -> bool:
@@ -704,6 +708,7 @@ class Verdict:
     problems: list[str]
     leaked: list[str]
     why: str = ""                # for got_through: no problem / none naming it / crash / the plan's finding
+    route: str = ""              # "" the judged dict (apply), else one of ROUTES
 
 
 def run_hosts(base: dict[str, dict], m: Mutation) -> list[str]:
@@ -744,12 +749,194 @@ def judge(base: dict[str, dict], m: Mutation) -> Verdict:
         problems = validation.validate_inventory(mutated, run_hosts(base, m))
     except (Exception, MemoryError) as exc:  # noqa: BLE001 - a crash is a finding, not the test's error
         return Verdict(m, "got_through", [], [], f"validation crashed: {type(exc).__name__}: {exc}"[:200])
-    leaked = leaks(problems, secrets_of(mutated))
+    return _verdict(m, problems, secrets_of(mutated))
+
+
+def _verdict(m: Mutation, problems: list[str], secrets: set[str], route: str = "") -> Verdict:
+    leaked = leaks(problems, secrets)
     names = m.accepted_names()
     if any(names_variable(p, names) for p in problems):
-        return Verdict(m, "stopped", problems, leaked)
+        return Verdict(m, "stopped", problems, leaked, route=route)
     return Verdict(m, "got_through", problems, leaked,
-                   "no problem" if not problems else "problems name another variable: " + problems[0][:150])
+                   "no problem" if not problems else "problems name another variable: " + problems[0][:150], route)
+
+
+# ------------------------------------------------------------------ the second route of every mutation
+
+#: How a value reaches Ansible besides the judged dict (issue 33, item 7): a host_vars file, the
+#: inventory file (the host's entry, or its group's `vars:` where no file of the base sets the
+#: variable: group_vars/ would win over it), an extra-vars file (-e @FILE), a secrets file (the
+#: CLI's --secrets FILE: an extra-vars file the host's variable names by a template), a template
+#: naming another variable of the host, and a `!vault` value (a string only).
+ROUTES = ("host_vars", "inventory_vars", "extra_vars", "secrets_file", "template", "vault")
+ROUTE_VAULT_PASSWORD = "fz-route-vault-password"
+
+
+class _RouteLoader:
+    """Ansible's DataLoader that caches only group_vars/ files (the base's, never rewritten): a
+    route rewrites host_vars/, hosts.yml and the extra-vars files between two loads."""
+
+    def __new__(cls):
+        from ansible.parsing.dataloader import DataLoader
+
+        class RouteLoader(DataLoader):
+            def load_from_file(self, file_name, cache="all", **kwargs):
+                keep = cache if f"{os.sep}group_vars{os.sep}" in str(file_name) else "none"
+                return super().load_from_file(file_name, cache=keep, **kwargs)
+
+        return RouteLoader()
+
+
+class VaultValue(str):
+    """A string dumped as `!vault |` by dump_yaml."""
+
+
+def dump_yaml(doc: Any) -> str:
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(VaultValue, lambda d, v: d.represent_scalar("!vault", str(v), style="|"))
+    return yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=False)
+
+
+class Routes:
+    """Delivers a mutation by one of ROUTES into a copy of the base inventory, loads it with
+    Ansible's own InventoryManager and VariableManager, renders the mutated hosts' variables
+    with the validate play's own selection (filter_plugins/fleet.py `_validated_vars`: templates,
+    vault, values known only later) and judges them with validate_inventory. The other hosts keep
+    the base's variables (each is valid): a refusal is the mutated host's. About 30 ms a mutation."""
+
+    def __init__(self, base_dir: Path, base: dict[str, dict], workdir: Path):
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.vault import VaultSecret, VaultSecretsContext
+
+        self.base = base
+        self.dir = workdir / "route-inventory"
+        shutil.copytree(base_dir, self.dir)
+        self.hosts_yml = (self.dir / "hosts.yml").read_text()
+        (self.dir / "host_vars").mkdir(exist_ok=True)
+        for host in base:  # present from the start: Ansible caches which host_vars files exist
+            (self.dir / "host_vars" / f"{host}.yml").write_text("---\n")
+        self.extra = workdir / "route-extra.yml"
+        self.loader = _RouteLoader()
+        self.secret = VaultSecret(ROUTE_VAULT_PASSWORD.encode())
+        self.loader.set_vault_secrets([("default", self.secret)])
+        # A `!vault` value is decrypted when it is rendered, with the process' vault secrets (the
+        # CLI sets them once): the route's password joins them.
+        current = VaultSecretsContext.current(optional=True)
+        if current is None:
+            VaultSecretsContext.initialize(VaultSecretsContext([("default", self.secret)]))
+        elif all(secret is not self.secret for _, secret in current.secrets):
+            current.secrets.append(("fz-route", self.secret))
+        self.inventory = InventoryManager(loader=self.loader, sources=[str(self.dir)])
+        self.filters = _fleet_filters()
+
+    def route_of(self, index: int, m: Mutation) -> str:
+        """The route of the `index`-th mutation, in turn; a route that cannot carry it yields to the next."""
+        variables = mutated_variables(self.base, m)
+        for step in range(len(ROUTES)):
+            route = ROUTES[(index + step) % len(ROUTES)]
+            if route == "vault" and not all(isinstance(v, str) for vs in variables.values() for v in vs.values()):
+                continue  # ansible-vault encrypts strings
+            if route == "extra_vars" and len(variables) > 1 and len(
+                    {json.dumps(vs.get(n), sort_keys=True, default=str) for vs in variables.values() for n in vs}) > 1:
+                continue  # extra vars give every host one value
+            return route
+        return "host_vars"
+
+    def _write(self, m: Mutation, route: str) -> tuple[str, ...]:
+        """Write the route's files; the extra-vars files (-e @FILE) it needs."""
+        from ansible.parsing.vault import VaultLib
+
+        variables = mutated_variables(self.base, m)
+        if route == "extra_vars":
+            self.extra.write_text(dump_yaml({n: v for vs in variables.values() for n, v in vs.items()}))
+            return (f"@{self.extra}",)
+        per_host: dict[str, dict] = {}
+        extra: dict = {}
+        doc = yaml.safe_load(self.hosts_yml) if route == "inventory_vars" else None
+        for i, (host, vs) in enumerate(sorted(variables.items())):
+            for j, (name, value) in enumerate(vs.items()):
+                ref = f"fz_route_{i}_{j}"
+                if route == "template":
+                    per_host.setdefault(host, {}).update({ref: value, name: "{{ " + ref + " }}"})
+                elif route == "secrets_file":
+                    extra[ref] = value
+                    per_host.setdefault(host, {})[name] = "{{ " + ref + " }}"
+                elif route == "vault":
+                    cipher = VaultLib([("default", self.secret)]).encrypt(value).decode()
+                    per_host.setdefault(host, {})[name] = VaultValue(cipher)
+                elif route == "inventory_vars":
+                    _inventory_entry(doc, host, name in self.base[host])[name] = value
+                else:
+                    per_host.setdefault(host, {})[name] = value
+        for host, vs in per_host.items():
+            (self.dir / "host_vars" / f"{host}.yml").write_text(dump_yaml(vs))
+        if doc is not None:
+            (self.dir / "hosts.yml").write_text(dump_yaml(doc))
+        if extra:
+            self.extra.write_text(dump_yaml(extra))
+            return (f"@{self.extra}",)
+        return ()
+
+    def _restore(self, m: Mutation) -> None:
+        for host in m.hosts():
+            (self.dir / "host_vars" / f"{host}.yml").write_text("---\n")
+        (self.dir / "hosts.yml").write_text(self.hosts_yml)
+
+    def judge(self, m: Mutation, route: str) -> Verdict:
+        """The mutation's verdict through `route` (call it inside `memory_cap()`)."""
+        from ansible import context
+        from ansible.inventory.manager import InventoryManager
+        from ansible.utils.context_objects import CLIArgs
+        from ansible.utils.vars import load_extra_vars
+        from ansible.vars.hostvars import HostVars
+        from ansible.vars.manager import VariableManager
+
+        from vllm_fleet import validation
+
+        saved, loaded = context.CLIARGS, getattr(load_extra_vars, "extra_vars", None)
+        try:
+            context.CLIARGS = CLIArgs({"extra_vars": self._write(m, route)})
+            # Ansible reads the extra vars once a process (the memo on load_extra_vars): this run's, anew.
+            load_extra_vars.extra_vars = None
+            inventory = (InventoryManager(loader=self.loader, sources=[str(self.dir)]) if route == "inventory_vars"
+                         else self.inventory)
+            variables = VariableManager(loader=self.loader, inventory=inventory)
+            hostvars = HostVars(inventory=inventory, variable_manager=variables, loader=self.loader)
+            mutated, unrendered, later = dict(self.base), {}, {}
+            for host in m.hosts():
+                mutated[host] = self.filters._validated_vars(hostvars, host, unrendered.setdefault(host, {}),
+                                                             later.setdefault(host, {}))
+            problems = validation.validate_inventory(mutated, run_hosts(self.base, m), unrendered=unrendered,
+                                                     later=later)
+        except (Exception, MemoryError) as exc:  # noqa: BLE001 - a crash is a finding, not the test's error
+            return Verdict(m, "got_through", [], [], f"validation crashed: {type(exc).__name__}: {exc}"[:200],
+                           route)
+        finally:
+            context.CLIARGS, load_extra_vars.extra_vars = saved, loaded
+            self._restore(m)
+        return _verdict(m, problems, secrets_of(mutated) | secrets_of(apply(self.base, m)), route)
+
+
+def _inventory_entry(doc: dict, host: str, set_in_files: bool) -> dict:
+    """Where the inventory file sets a variable of `host`: the host's entry, or, for a variable no
+    file of the base sets, its group's `vars:` (the lowest place that still reaches the host)."""
+    for body in _groups_of_doc(doc["all"]):
+        hosts = body.get("hosts") or {}
+        if host in hosts:
+            if set_in_files:
+                hosts[host] = hosts[host] or {}
+                return hosts[host]
+            body["vars"] = body.get("vars") or {}
+            return body["vars"]
+    raise KeyError(host)
+
+
+def _groups_of_doc(body: dict):
+    yield body
+    for child in (body.get("children") or {}).values():
+        yield from _groups_of_doc(child or {})
 
 
 # ------------------------------------------------------------------ the plan of a mutated inventory
@@ -1084,6 +1271,24 @@ def plan_verdict(base_dir: Path, base: dict[str, dict], m: Mutation, baseline_pl
         # tasks on the node: nothing here shows it harmless
         findings.append("the plan does not render this value, so nothing shows it harmless")
     return findings
+
+
+def site_playbook(inventory: Path) -> subprocess.CompletedProcess:
+    """Plain `ansible-playbook -i INVENTORY site.yml --check`, its secrets as extra vars (as --secrets
+    gives them). Should validation let the run through, its first connection fails at once and
+    sends nothing (ssh is /bin/false): the inventory's own addresses and ports stay as written,
+    since they are what is judged."""
+    given = ["-e", f"@{secrets_file(inventory)}"] if secrets_file(inventory).exists() else []
+    return subprocess.run([venv_tool("ansible-playbook"), "-i", str(inventory), "site.yml", "--check", *given,
+                           "-e", '{"ansible_ssh_executable": "/bin/false"}'], cwd=ROOT, env=tool_env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def refusal_lines(output: str) -> list[str]:
+    """The problems the validation play's failed assert lists, in ansible-playbook's output."""
+    block = output.split("The inventory is invalid", 1)[1].split("Origin:", 1)[0] if "The inventory is invalid" \
+        in output else ""
+    return [line.strip()[2:] for line in block.splitlines() if line.strip().startswith("- ")]
 
 
 def provision_json(inventory: Path) -> tuple[int, dict]:

@@ -1,22 +1,29 @@
 """vllm-fleet: provision vLLM inference nodes with Ansible.
 
 The Python API drives the project's playbooks through ansible-runner; the
-``vllm-fleet`` command line wraps it. ``vllm_fleet.lab`` manages the local lab
-of systemd-nspawn nodes that the test suite and the demo run against.
+``vllm-fleet`` command line wraps it.
 
-The package is layered; a module imports only from its own layer or those below
-(tests/unit/test_layers.py enforces it, imports inside functions included):
+The package is layered. Each numbered line below is a layer, bottom up, naming its modules (a
+package with everything in it; an aside in parentheses names none): a module imports only from
+its own layer or those below, never round in a circle. tests/unit/test_layers.py reads this list
+and enforces it, every import statement counted (inside functions and under TYPE_CHECKING too),
+and fails on a module the list does not name.
 
 0. pure helpers: ``project``, ``exit_codes``, ``render``, ``state``, ``release``, ``secrets``;
 1. project data: ``vendors`` (the vendor list and contracts), ``models``, ``cluster``, ``role_specs``;
 2. domain: ``validation`` (one module per class of value, ``vendor_rules/<vendor>``), ``router``,
    ``monitoring``, ``inventory`` (the one reader of an inventory's hosts and variables), ``mirror`` (the
    fleet's own mirror: its layout, an inventory's bill of materials, the sync), ``plans`` (the plan's
-   directory and files);
-3. features: ``live_status``, ``bench``, ``canary``, ``argcheck``;
-4. surfaces: ``api`` (re-exported here) and ``cli``;
-5. the lab simulator, ``lab`` (its vendors' publishers in ``lab/publishers``), which nothing
-   in the product imports.
+   directory and files), ``distribution`` (a model revision to many nodes in
+   waves, from the mirror and from peers);
+3. features: ``live_status``, ``bench``, ``canary``;
+4. surfaces: ``api``, which the package itself, ``vllm_fleet``, re-exports, and ``cli``.
+
+Above the product stand two packages of their own, outside its wheel, that nothing in it imports
+(tests/unit/test_packaging.py): the lab simulator ``vllm_fleet_lab`` (lab/), the local lab of
+systemd-nspawn nodes that the test suite and the demo run against, whose ``vllm-fleet lab``
+reaches the command line through the entry point group ``vllm_fleet.commands``; and the
+developer tools ``vllm_fleet_dev`` (dev/: ``argcheck``, the pinned vLLM releases' own parsers).
 """
 
 from vllm_fleet.project import PROJECT_DIR

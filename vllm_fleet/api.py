@@ -46,6 +46,8 @@ from vllm_fleet.validation import files as _inventory_files
 from vllm_fleet.validation import play_keywords as _play_keywords
 
 MASK = secrets_mod.MASK
+#: The validation play's role as Ansible names it in events (its path under roles/).
+VALIDATION_ROLE = "stages/validate_inventory"
 
 EventHandler = Callable[[dict], Any]
 
@@ -107,15 +109,15 @@ class RunResult:
     #: Per host, in check mode: what a real run would first create, where the preview stopped.
     check_stopped: dict[str, str] = field(default_factory=dict)
     #: Per host, the units left running although the inventory no longer lists their models
-    #: (removed only with `state: absent` or fleet_prune: roles/vllm_service, roles/ray_cluster).
+    #: (removed only with `state: absent` or fleet_prune: roles/blocks/vllm_service, roles/blocks/ray_cluster).
     orphaned: dict[str, list[str]] = field(default_factory=dict)
-    #: What validation warned about (roles/validate_inventory, vllm_fleet.validation.run_warnings): a
+    #: What validation warned about (roles/stages/validate_inventory, vllm_fleet.validation.run_warnings): a
     #: value that never reaches a host, a variable nothing reads, placeholder checksums, a vLLM release
     #: whose serve flags could not be checked; refused instead with --strict.
     warnings: list[str] = field(default_factory=list)
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
-    #: Per host whose release was read: {from, to, installed} (roles/fleet_release); from == to
+    #: Per host whose release was read: {from, to, installed} (roles/blocks/fleet_release); from == to
     #: when the run did not move it.
     releases: dict[str, dict] = field(default_factory=dict)
     #: A rollout's progress: {serial, max_fail_percentage, reached: nodes whose turn came, in
@@ -190,7 +192,7 @@ class RunResult:
                  + (" [check mode]" if self.check else "") + f": {self.status} in {self.duration:.0f} s"]
         lines += self.warning_lines()
         if self.problems:
-            lines.append("The inventory is invalid; nothing was changed:")
+            lines.append("The inventory is invalid; nothing was changed on any host:")
             lines += [f"  - {p}" for p in self.problems]
         if self.hosts:
             width = max(len("HOST"), *(len(h) for h in self.hosts))
@@ -200,7 +202,7 @@ class RunResult:
                 lines.append(f"{host.ljust(width)}  {r.status:<11} {r.ok:>4} {r.changed:>7} {r.failed:>6} "
                              f"{r.unreachable:>11} {r.skipped:>7}")
         for f in self.failures:
-            if self.problems and f.role == "validate_inventory":
+            if self.problems and f.role == VALIDATION_ROLE:
                 continue
             what = "unreachable" if f.unreachable else "failed"
             lines.append(f"{f.host}: {what} at '{f.task}': {f.message}")
@@ -279,7 +281,7 @@ def scrub_tree(root: Path, secrets: Iterable[str]) -> None:
 
 # ------------------------------------------------------------------ events -> result
 
-#: The facts in which roles/vllm_service and roles/ray_cluster say which units they left running.
+#: The facts in which roles/blocks/vllm_service and roles/blocks/ray_cluster say which units they left running.
 ORPHANED_FACTS = ("vllm_service_orphaned_units", "ray_cluster_orphaned_units")
 
 
@@ -320,7 +322,7 @@ class _Collector:
             task = data.get("task") or ""
             self.failures.append(TaskFailure(host=data.get("host", "?"), task=task, role=role, message=message,
                                              unreachable=kind == "runner_on_unreachable"))
-            if role == "validate_inventory" and "The inventory is invalid" in message:
+            if role == VALIDATION_ROLE and "The inventory is invalid" in message:
                 self.problems = [line.strip()[2:] for line in message.splitlines()[1:] if line.strip().startswith("- ")]
         elif kind == "runner_on_ok" or kind == "runner_on_failed":
             facts = (data.get("res") or {}).get("ansible_facts") or {}

@@ -26,7 +26,7 @@ from pathlib import Path
 from vllm_fleet.bench import ModelResult
 from vllm_fleet.role_specs import role_default
 
-#: The inventory's tolerances (fleet_* variables; their defaults are roles/fleet's).
+#: The inventory's tolerances (fleet_* variables; their defaults are roles/stages/fleet's).
 TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent", "fleet_canary_accuracy_drop_points")
 #: Where gated rollouts keep the figures they accepted, by default (relative to the working directory).
 HISTORY_DIR = "vllm-fleet-bench/history"

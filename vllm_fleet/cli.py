@@ -10,7 +10,7 @@
     vllm-fleet status    -i INVENTORY [-l GROUP] [--watch [SECONDS]] [--window SECONDS] [--json]
     vllm-fleet bench     -i INVENTORY [-l HOSTS] [-o DIR] [--conversations N ...] [--max-tokens N]
                          [--evalscope ...] [--history] [--json]
-    vllm-fleet lab up|down|status|start|stop
+    vllm-fleet lab up|down|status|start|stop   (the lab's own package, lab/: see COMMANDS_GROUP)
 
 Every command that runs a playbook prints validation's warnings (`warning:` lines; "warnings" in
 --json) and takes --strict: validation refuses, with exit 4, what it would otherwise warn about (a
@@ -32,14 +32,14 @@ import json
 import re
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import yaml
 
-from vllm_fleet import __version__, api, bench, canary, lab, live_status
+from vllm_fleet import __version__, api, bench, canary, live_status
 from vllm_fleet.exit_codes import EXIT_ERROR, EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from vllm_fleet.exit_codes import EXIT_UNREACHABLE as EXIT_UNREACHABLE  # re-exported: cli.EXIT_UNREACHABLE
-from vllm_fleet.vendors import VENDORS
 
 #: -i's help: no command falls back to an inventory it was not given (issue 35, item 2).
 INVENTORY_HELP = "the inventory to act on (required; the lab's, after `vllm-fleet lab up`: inventories/lab)"
@@ -181,7 +181,7 @@ def _inventory(path: str | None) -> str:
 # ------------------------------------------------------------------ commands
 
 def _strict(args, extravars: dict | None) -> dict | None:
-    """--strict: validation refuses what it would warn about (roles/validate_inventory)."""
+    """--strict: validation refuses what it would warn about (roles/stages/validate_inventory)."""
     if not getattr(args, "strict", False):
         return extravars
     return {**(extravars or {}), "validate_inventory_strict": True}
@@ -264,40 +264,6 @@ def cmd_status(args) -> int:
         time.sleep(max(0.0, args.watch - result.duration))
 
 
-def cmd_lab(args) -> int:
-    started = time.monotonic()
-    # Each step with the seconds since the command began: what each phase of `lab up` takes
-    # (rootfs, mirrors and wheels, boot) shows in its output, as scripts/demo prints it.
-    log = (lambda m: None) if args.json else (
-        lambda m: print(f"==> [{time.monotonic() - started:6.1f} s] {m}", file=sys.stderr))
-    try:
-        if args.lab_command == "up":
-            vendors = args.vendors.split(",") if args.vendors else list(lab.VENDORS)
-            inv = Path(args.inventory) if args.inventory else None
-            rows = lab.up(args.name, vendors=vendors, nodes_per_vendor=args.nodes, port_base=args.port_base,
-                          inventory_dir=inv, routers=args.routers, monitors=args.monitoring, mirror=args.mirror,
-                          log=log)
-        elif args.lab_command == "down":
-            lab.down(args.name, purge=args.purge, log=log)
-            return EXIT_OK
-        elif args.lab_command == "stop":
-            lab.stop(args.name, args.node)
-            return EXIT_OK
-        elif args.lab_command == "start":
-            lab.start(args.name, args.node)
-            return EXIT_OK
-        else:
-            rows = lab.status(args.name)
-    except (lab.LabError, RuntimeError, ValueError) as exc:
-        print(f"vllm-fleet lab {args.lab_command}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        _print_table(rows, ["node", "vendor", "ssh", "state"])
-    return EXIT_OK
-
-
 def _size(text: str) -> int:
     match = re.fullmatch(r"([0-9]+)([KMG]?)", text.strip().upper())
     if not match or int(match[1]) == 0:
@@ -373,16 +339,6 @@ def cmd_bench(args) -> int:
     return result.exit_code
 
 
-def _print_table(rows: list[dict], columns: list[str]) -> None:
-    if not rows:
-        print("(no nodes)")
-        return
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
-    for r in rows:
-        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
-
-
 def _seconds(low: float, high: float):
     """An argparse type: a number of seconds from `low` to `high` (a --watch of 0 would redraw
     without pause, a negative --window read nothing)."""
@@ -395,6 +351,60 @@ def _seconds(low: float, high: float):
             raise argparse.ArgumentTypeError(f"{text} is not from {low:g} to {high:g} seconds")
         return value
     return parse
+
+
+# ------------------------------------------------------------------ commands of other packages
+
+#: Subcommands that other distributions add (the lab's `vllm-fleet lab`: lab/pyproject.toml) are
+#: entry points of this group: the name is the subcommand, the object `add_command(subparsers,
+#: name)`, which adds the subcommand's parser with its `func`. The product imports none of them.
+COMMANDS_GROUP = "vllm_fleet.commands"
+#: The subcommands of this repository's other packages: (what it is, what to do where it is missing);
+#: the package's own parser gives the rest.
+OPTIONAL_COMMANDS = {
+    "lab": ("the lab simulator",
+            "not installed: the lab simulator is a package of its own, vllm-fleet-lab (lab/ of the vllm-fleet "
+            "checkout); ./scripts/setup installs it into the checkout's .venv (or: pip install -e lab)"),
+}
+
+
+def plugin_commands() -> list[metadata.EntryPoint]:
+    """The installed entry points of COMMANDS_GROUP, by name."""
+    return sorted(metadata.entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name)
+
+
+def _stand_in(sub, name: str, help_text: str, message: str, code: int) -> None:
+    """A subcommand that is not there: whatever follows it, it says why and exits with `code`."""
+    p = sub.add_parser(name, help=help_text, add_help=False)
+    # Its own -h (argparse's would list nothing), then everything else as it comes: `lab up --nodes 2`.
+    p.add_argument("-h", "--help", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def explain(args) -> int:
+        print(f"vllm-fleet {name}: {message}", file=sys.stderr)
+        return code
+
+    p.set_defaults(func=explain)
+
+
+def add_plugin_commands(sub) -> None:
+    """Add every installed subcommand of COMMANDS_GROUP, and a stand-in for each of
+    OPTIONAL_COMMANDS that is missing (exit 64, naming how to get it)."""
+    for ep in plugin_commands():
+        if ep.name in sub.choices:
+            print(f"vllm-fleet: warning: {ep.value} ({COMMANDS_GROUP}) is not used: vllm-fleet already has a "
+                  f"command {ep.name}", file=sys.stderr)
+            continue
+        try:
+            ep.load()(sub, ep.name)
+        except Exception as exc:  # a broken plugin must not take the product's commands down with it
+            if ep.name not in sub.choices:
+                what = OPTIONAL_COMMANDS.get(ep.name, (ep.value,))[0]
+                _stand_in(sub, ep.name, f"{what} (failed to load)",
+                          f"{ep.value} failed to load: {type(exc).__name__}: {exc}", EXIT_ERROR)
+    for name, (help_text, missing) in OPTIONAL_COMMANDS.items():
+        if name not in sub.choices:
+            _stand_in(sub, name, f"{help_text} (not installed)", missing, EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -534,30 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, help="the mirror directory to write")
     p.set_defaults(func=cmd_mirror)
 
-    p_lab = sub.add_parser("lab", help="the local lab of systemd-nspawn nodes with simulated accelerators")
-    lab_sub = p_lab.add_subparsers(dest="lab_command", required=True)
-    p_up = lab_sub.add_parser("up", help="build and boot the lab, write inventories/<name>")
-    p_up.add_argument("--nodes", type=int, default=1, help="nodes per vendor (default 1)")
-    p_up.add_argument("--vendors", help=f"comma-separated vendors (default: {','.join(VENDORS)})")
-    p_up.add_argument("--port-base", type=int, help="first port of the lab's block of 1000 (default: next free)")
-    p_up.add_argument("--routers", type=int, default=0,
-                      help="router nodes (HAProxy, roles/router) besides the fleet's, in the group router (default 0)")
-    p_up.add_argument("--monitoring", type=int, default=0,
-                      help="monitoring nodes (Prometheus, roles/monitoring) besides the fleet's, in the group "
-                      "monitoring")
-    p_up.add_argument("--mirror", action="store_true",
-                      help="add mirror-01, the fleet's own mirror filled from the lab's web root: the lab as an "
-                      "air-gapped site (docs/air-gapped.md)")
-    p_up.add_argument("--inventory", help="where to write the inventory (default: inventories/<name>)")
-    p_down = lab_sub.add_parser("down", help="remove every trace of the lab")
-    p_down.add_argument("--purge", action="store_true", help="also remove the build cache (rootfs, downloads)")
-    lab_sub.add_parser("status", help="list the lab's nodes")
-    for verb in ("stop", "start"):
-        lab_sub.add_parser(verb, help=f"{verb} one node").add_argument("node")
-    for p in lab_sub.choices.values():
-        p.add_argument("--name", default="lab", help="lab name (default: lab)")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-    p_lab.set_defaults(func=cmd_lab)
+    add_plugin_commands(sub)
     return parser
 
 

@@ -1,6 +1,6 @@
 """Ray clusters of models that span nodes (fleet_models[].span): what each member runs.
 
-The roles (roles/ray_cluster, roles/vllm_service) and validation share these, so that
+The roles (roles/blocks/ray_cluster, roles/blocks/vllm_service) and validation share these, so that
 the address a member binds, its environment and its `ray start` command line are
 computed in one place. vLLM spans nodes on Ray's own cluster (`ray start`, then
 `vllm serve --distributed-executor-backend ray` on the head); nothing here launches
@@ -115,9 +115,16 @@ def ray_start_argv(model: dict, ray: str, *, address: str, head_address: str, re
     return argv + list(extra or [])
 
 
+def gate_specs(models: list[dict], addresses: dict[str, str], resource: str | None, timeout: int) -> list[dict]:
+    """The head's gates (gate_spec), one per model of `models` this node heads, each member with
+    its cluster address (`addresses`: host -> address, cluster_address of each)."""
+    return [gate_spec(m, [{"host": h, "address": addresses[h]} for h in m["span"]["nodes"]], resource, timeout)
+            for m in models if m["span"] and m["span"]["role"] == "head"]
+
+
 def gate_spec(model: dict, members: list[dict[str, Any]], resource: str | None, timeout: int,
               delay: int = 2) -> dict:
-    """What the gate (roles/ray_cluster/files/vllm-fleet-ray-gate) waits for: every member
+    """What the gate (roles/blocks/ray_cluster/files/vllm-fleet-ray-gate) waits for: every member
     alive in the cluster with the model's devices as `resource`."""
     span = model["span"]
     head = next(m["address"] for m in members if m["host"] == span["head"])
@@ -135,7 +142,7 @@ def _socket_interfaces(env: dict) -> list[str]:
 def fabric_spec(model: dict, member: str, address: str, head_address: str, env: dict,
                 checks: list[dict] | None) -> dict:
     """What library/fleet_fabric.py checks on a member of a spanning model before its Ray
-    unit starts (roles/preflight): its cluster address is its own, the interfaces that the
+    unit starts (roles/stages/preflight): its cluster address is its own, the interfaces that the
     model's environment and the member's Ray environment (`env`, :func:`member_env`) name
     for the collective libraries are up, the vendor's fabric `checks` pass on each of the
     model's devices, and a worker reaches the head's Ray port from its address."""

@@ -59,7 +59,7 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "StateChangeTimestampMonotonic", "NRestarts")
 
 _MARK = "=== vllm-fleet-status "
-#: The first line of every unit roles/vllm_service and roles/ray_cluster install (their
+#: The first line of every unit roles/blocks/vllm_service and roles/blocks/ray_cluster install (their
 #: `_<role>_marker` starts with it, tests/unit/test_live_status.py checks): how status tells
 #: vllm-fleet's units from any other on the node.
 MANAGED = "# Managed by vllm-fleet"
@@ -90,7 +90,7 @@ class ModelStatus:
     tokens_per_s: float | None = None
     devices: list[int] = field(default_factory=list)
     device_health: str = "unknown"
-    #: Why the routers' health agent (roles/health_agent) keeps new requests away from it: its devices
+    #: Why the routers' health agent (roles/blocks/health_agent) keeps new requests away from it: its devices
     #: the SMI tool reports outside the vendor's healthy states ("" when none, or no router in the inventory).
     quarantined: str = ""
     problems: list[str] = field(default_factory=list)
@@ -646,7 +646,7 @@ def quarantine_reason(row: ModelStatus, node: NodeStatus) -> str:
     """What the node's health agent tells the routers about the row's model, from the same
     listing and the vendor contract's healthy states: "" (healthy, or nothing read), else its
     devices outside those states ("device 1 Critical")."""
-    if not node.reachable or node.vendor in (None, "cpu") or not node.devices:
+    if not node.reachable or node.vendor not in vendors.ACCELERATORS or not node.devices:
         return ""
     healthy = set(vendors.contract(node.vendor)["driver"]["healthy"])
     mine = [d for d in node.devices if not row.devices or d.get("index") in row.devices]

@@ -53,6 +53,30 @@ def is_served(model: dict) -> bool:
     return bool(model.get("enabled", True)) if model.get("state", "present") != "absent" else False
 
 
+def engine_models(models: list[dict]) -> list[dict]:
+    """Of a node's resolved models (node_models), those whose `vllm serve` runs on it: the enabled
+    ones, a spanning model's on its head only (its other members run Ray only)."""
+    return [m for m in models if m["enabled"] and (not m["span"] or m["span"]["role"] == "head")]
+
+
+def span_models(models: list[dict]) -> list[dict]:
+    """Of a node's resolved models, the enabled ones that span nodes with it (head or worker):
+    roles/blocks/ray_cluster forms their clusters."""
+    return [m for m in models if m["enabled"] and m["span"]]
+
+
+def readiness_checks(models: list[dict], smoke_units: list[str], prompt: str, inventory_models: Any,
+                     group_key: Any = None) -> list[dict]:
+    """What the readiness helper (roles/blocks/vllm_service/files/vllm-fleet-wait) checks per model
+    of `models` (engine_models): its /health, and a smoke request of its kind where its unit is
+    one of `smoke_units`, with the key its engine asks for (a secret: no_log where it is used)."""
+    return [{"unit": m["unit"], "name": m["name"], "url": m["url"],
+             "smoke": m["smoke"] if m["unit"] in smoke_units else None,
+             "model": m["served_model_name"][0], "prompt": prompt, "config": f"{m['path']}/config.json",
+             "key": engine_api_key(inventory_model(inventory_models, m["name"]), group_key)}
+            for m in models]
+
+
 def spans_node(models: Any, host: Any) -> bool:
     """Whether `host` is a member of a span of one of `models` (its fleet_models) that is served:
     the node then runs Ray (vllm_fleet.release.node_pins installs it there, and only there)."""
@@ -91,13 +115,13 @@ def is_loopback(address: str) -> bool:
 
 def inventory_model(models: Any, name: Any) -> dict:
     """The inventory's entry (of a host's `fleet_models`) named `name`: the first, as
-    roles/vllm_service picks it (`selectattr('name', 'equalto', ...) | first`); {} if none."""
+    roles/blocks/vllm_service picks it (`selectattr('name', 'equalto', ...) | first`); {} if none."""
     return next((m for m in (models if isinstance(models, list) else [])
                  if isinstance(m, dict) and m.get("name") == name), {})
 
 
 def engine_api_key(model: Any, group_key: Any = None) -> str:
-    """The API key a model's engine asks for, as roles/vllm_service gives it (VLLM_API_KEY in the
+    """The API key a model's engine asks for, as roles/blocks/vllm_service gives it (VLLM_API_KEY in the
     model's secret environment): the model's own secret_env.VLLM_API_KEY over its group's
     fleet_serve_api_key (`group_key`); '' when neither has one. `model`: the inventory's entry.
 
@@ -529,7 +553,7 @@ def node_models(host_vars: Mapping[str, Any], host: str | None) -> tuple[list[di
     """What node `host` serves, from its variables (NODE_INPUTS): (resolved models, problems).
 
     The one resolution of a node's models (tests/unit/test_node_models.py keeps it so): the
-    roles read it through the filter fleet_node_models, called once, in roles/fleet/vars
+    roles read it through the filter fleet_node_models, called once, in roles/stages/fleet/vars
     (`_fleet_node_models`); validation, the router, monitoring, status, bench and plan through
     this function. fleet_serve_api_key is read as whether there is one (resolved models are shown
     in plans and logs, never the key). Variables of the wrong shape (the schema reports them)

@@ -1,4 +1,4 @@
-"""What the monitoring hosts (roles/monitoring) scrape: every model of every fleet node, twice
+"""What the monitoring hosts (roles/services/monitoring) scrape: every model of every fleet node, twice
 (its /metrics, and its /health as a target whose `up` is the health check), and every
 node's exporter.
 

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from vllm_fleet.role_specs import secret_declarations
+from vllm_fleet.role_specs import role_options, secret_declarations
 from vllm_fleet.secrets import SECRET_NAME, mask_text, secret_values
 
 #: The file that marks a directory as a plan's (the next plan replaces the directory whole).
@@ -59,15 +59,17 @@ def prepare(out_dir: str | os.PathLike) -> Path:
 
 def inventory_secrets(hostvars: Any) -> list[str]:
     """The secret values among every host's variables (the declared secrets and those named like
-    one: a router's configuration holds the engines' key, a monitoring host's files the models'),
+    one: a router's configuration holds the engines' key, a monitoring host's files the models';
+    and those nested in vllm-fleet's own variables: a model's secret_env under fleet_models),
     read one by one: `hostvars` may be Ansible's lazy hostvars."""
     declared, _ = secret_declarations()
+    options = role_options()
     found: set[str] = set()
     for host in hostvars.keys():
         host_vars = hostvars[host]
         tree = {}
         for name in (str(n) for n in host_vars.keys()):
-            if name in declared or SECRET_NAME.search(name):
+            if name in declared or SECRET_NAME.search(name) or name in options or name.startswith("fleet_"):
                 try:
                     tree[name] = host_vars[name]
                 except Exception:  # noqa: BLE001, S112 - a secret that cannot be rendered is in no file

@@ -9,6 +9,11 @@ from pathlib import Path
 
 #: Root of the vllm-fleet project (the checkout holding site.yml).
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+ROLES_DIR = PROJECT_DIR / "roles"
+#: The roles' layers, each a folder of roles/ (roles/README.md): a role's path says where in a run
+#: it stands. Ansible finds a role by that path (`role: blocks/vllm_service`); its name, which
+#: prefixes its variables, is the last part.
+ROLE_LAYERS = ("stages", "vendors", "blocks", "services", "tools")
 
 #: What a run of the playbooks reads of the project itself: a change to any of it may change
 #: what a node gets, so it is part of each node's inputs digest (vllm_fleet.state.inputs_digest).
@@ -48,3 +53,17 @@ def module_util(name: str):
                 del sys.modules[key]
                 raise
         return sys.modules[key]
+
+
+def role_dirs(roles_dir: Path = ROLES_DIR) -> list[Path]:
+    """Every role's folder, layer by layer (roles/<layer>/<role>)."""
+    return [p for layer in ROLE_LAYERS if (roles_dir / layer).is_dir()
+            for p in sorted((roles_dir / layer).iterdir()) if p.is_dir()]
+
+
+def role_dir(name: str) -> Path:
+    """A role's folder by its name (vllm_service -> roles/blocks/vllm_service)."""
+    for path in role_dirs():
+        if path.name == name:
+            return path
+    raise KeyError(f"no role {name!r} under {ROLES_DIR}/<{'|'.join(ROLE_LAYERS)}>")

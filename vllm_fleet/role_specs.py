@@ -1,4 +1,4 @@
-"""The roles' own specs: every role option, from roles/*/meta/argument_specs.yml (project data:
+"""The roles' own specs: every role option, from roles/<layer>/*/meta/argument_specs.yml (project data:
 validation and monitoring read role options and defaults here)."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from functools import lru_cache
 
 import yaml
 
-from vllm_fleet.project import PROJECT_DIR
-
-ROLES_DIR = PROJECT_DIR / "roles"
+from vllm_fleet.project import role_dirs
 
 
 @lru_cache(maxsize=1)
 def role_options() -> dict[str, tuple[str, dict]]:
-    """Every role option -> (role, spec), from roles/*/meta/argument_specs.yml (entry point main)."""
+    """Every role option -> (role, spec), from roles/<layer>/*/meta/argument_specs.yml (entry point main)."""
     options: dict[str, tuple[str, dict]] = {}
-    for spec_file in sorted(ROLES_DIR.glob("*/meta/argument_specs.yml")):
+    for spec_file in [d / "meta" / "argument_specs.yml" for d in role_dirs()]:
+        if not spec_file.is_file():
+            continue
         specs = yaml.safe_load(spec_file.read_text()) or {}
         main = (specs.get("argument_specs") or {}).get("main") or {}
         for name, spec in (main.get("options") or {}).items():
@@ -37,10 +37,12 @@ def role_names() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def role_classes() -> dict[str, str]:
-    """Every role option -> its declared class, from roles/*/meta/classes.yml (the classes and
+    """Every role option -> its declared class, from roles/<layer>/*/meta/classes.yml (the classes and
     their rules: vllm_fleet/validation/classes.py)."""
     classes: dict[str, str] = {}
-    for path in sorted(ROLES_DIR.glob("*/meta/classes.yml")):
+    for path in [d / "meta" / "classes.yml" for d in role_dirs()]:
+        if not path.is_file():
+            continue
         classes.update({str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()})
     return classes
 

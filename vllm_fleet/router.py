@@ -1,4 +1,4 @@
-"""Which fleet nodes serve which model: the backends of the router (roles/router).
+"""Which fleet nodes serve which model: the backends of the router (roles/services/router).
 
 One home for the answer, read by the role's template (filter fleet_router_backends) and
 by validation (validation.router_problems), so a router entry that validation accepts is
@@ -72,7 +72,7 @@ def node_address(host: str, host_vars: dict, model: dict) -> str:
 
 
 def agent_port(host_vars: dict) -> int:
-    """The port of the node's health agent (roles/health_agent): its own, else the role's default."""
+    """The port of the node's health agent (roles/blocks/health_agent): its own, else the role's default."""
     port = host_vars.get("health_agent_port")
     return port if isinstance(port, int) and not isinstance(port, bool) else role_default("health_agent_port")
 
@@ -228,7 +228,7 @@ def router_listeners(router_models: list[dict], listen_address: str) -> list[tup
 def routes(node: str, routers: dict[str, list[dict]], fleet_hosts: dict[str, dict]) -> list[dict]:
     """The routers in front of `node`: one {router, model, router_models} per router host and
     served model name of which `node` is a server, routers in name order. A rollout drains
-    the node on each before its units restart and readies it after (roles/fleet_rollout);
+    the node on each before its units restart and readies it after (roles/services/fleet_rollout);
     `router_models` is the router's own list, which its drain tasks resolve the server from."""
     out = []
     for router_host in sorted(routers):
@@ -241,7 +241,7 @@ def routes(node: str, routers: dict[str, list[dict]], fleet_hosts: dict[str, dic
 
 def page_config(backends_: list[dict], fleet_hosts: dict[str, dict], title: str, currency: str,
                 presets: list[str], node_metrics: Any = ()) -> dict:
-    """The chat page's config.json (roles/router/files/chat/chat.js reads it): each endpoint's
+    """The chat page's config.json (roles/services/router/files/chat/chat.js reads it): each endpoint's
     model with its version (the source repository and revision its first node fetched), prices
     and replicas (`node_metrics`: the hosts whose exporter the page server proxies); every path
     relative to the page, served by the router host's page server."""

@@ -33,6 +33,13 @@ def units_to_start(show_output: str) -> list[str]:
     return wanted
 
 
+def unit_files(units: list[str], etc_dir: str, suffixes: tuple[str, ...] = (".env",)) -> list[str]:
+    """Every file vllm-fleet writes for each of `units`: its systemd unit and, in `etc_dir`, its
+    environment files (`<unit><suffix>`)."""
+    return [path for unit in units
+            for path in (f"/etc/systemd/system/{unit}.service", *(f"{etc_dir}/{unit}{s}" for s in suffixes))]
+
+
 def leftover_units(installed: list[str], served: list[str], listed: list[str], prune: bool = False) -> dict:
     """What becomes of the units vllm-fleet installed on a node (`installed`: unit names, or their
     paths) that it does not serve (`served`): those of a model the inventory still lists for the

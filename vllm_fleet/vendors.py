@@ -6,11 +6,11 @@ module cannot detect cannot be provisioned either. Everything else that needs th
 reads it from here: the inventory schema's ``fleet_accelerator.vendor`` enum, the
 per-vendor rules, model resolution and the lab.
 
-Each vendor has one role, ``roles/<vendor>``, whose ``vars/main.yml`` holds its
+Each vendor has one role, ``roles/vendors/<vendor>``, whose ``vars/main.yml`` holds its
 contract, ``<vendor>_contract``: how vLLM runs there, which groups open the devices,
 which variable limits a process to its devices, which driver states are healthy, what
 doctor compares, the container image. The roles read it as ``fleet_vendor`` (published
-by ``roles/fleet``); Python reads its plain (untemplated) entries through
+by ``roles/stages/fleet``); Python reads its plain (untemplated) entries through
 :func:`contract`. See docs/CONTRIBUTING-VENDOR.md.
 """
 
@@ -22,9 +22,8 @@ from pathlib import Path
 import yaml
 
 from vllm_fleet import release
-from vllm_fleet.project import PROJECT_DIR, module_util
-
-ROLES_DIR = PROJECT_DIR / "roles"
+from vllm_fleet.project import ROLES_DIR, module_util
+from vllm_fleet.project import role_dir as _role_dir
 
 
 def accel():
@@ -38,6 +37,9 @@ def _hardware_table() -> dict:
 
 #: Every supported vendor, in the order of the hardware table.
 VENDORS: tuple[str, ...] = tuple(_hardware_table())
+#: The vendors whose devices are accelerators on the PCI bus (the hardware table's pci_vendor_id):
+#: every vendor but the CPU's, whose "devices" are the node's NUMA nodes.
+ACCELERATORS: tuple[str, ...] = tuple(v for v in VENDORS if _hardware_table()[v].get("pci_vendor_id"))
 
 
 def group(vendor: str) -> str:
@@ -46,18 +48,19 @@ def group(vendor: str) -> str:
 
 
 def role_dir(vendor: str) -> Path:
-    return ROLES_DIR / vendor
+    """A vendor's stack: roles/vendors/<vendor>."""
+    return ROLES_DIR / "vendors" / vendor
 
 
 def matrix_schema(vendor: str) -> dict | None:
-    """The JSON Schema of the vendor's fleet_matrix (roles/<vendor>/meta/matrix.schema.yml), if it has one."""
+    """The JSON Schema of the vendor's fleet_matrix (roles/vendors/<vendor>/meta/matrix.schema.yml), if it has one."""
     path = role_dir(vendor) / "meta" / "matrix.schema.yml"
     return yaml.safe_load(path.read_text()) if path.is_file() else None
 
 
 @cache
 def contract(vendor: str) -> dict:
-    """The vendor's contract as written in roles/<vendor>/vars/main.yml, over the shared defaults.
+    """The vendor's contract as written in roles/vendors/<vendor>/vars/main.yml, over the shared defaults.
 
     Entries that are templates (paths, matrix versions) stay unrendered strings here;
     Python uses the plain ones (deploy_modes, visible_devices_env, ...).
@@ -70,10 +73,17 @@ def contract(vendor: str) -> dict:
 
 @cache
 def contract_defaults() -> dict:
-    """What a contract is where it says nothing: roles/fleet's _fleet_contract_defaults, which the
+    """What a contract is where it says nothing: roles/stages/fleet's _fleet_contract_defaults, which the
     roles merge under it the same way (top-level keys, each replaced whole)."""
-    data = yaml.safe_load((ROLES_DIR / "fleet" / "vars" / "main.yml").read_text()) or {}
+    data = yaml.safe_load((_role_dir("fleet") / "vars" / "main.yml").read_text()) or {}
     return data["_fleet_contract_defaults"]
+
+
+def parser_release(release: str, vendor: str | None) -> str:
+    """The vLLM release whose parser judges a vendor's command lines: the matrix's, with the
+    local version of the vendor's build (its contract's vllm_build: 0.11.0 -> 0.11.0+cpu)."""
+    build = contract(vendor).get("vllm_build") if vendor in VENDORS else ""
+    return f"{release}+{build}" if build and not release.endswith(f"+{build}") else release
 
 
 def visible_devices_env(vendor: str) -> str | None:

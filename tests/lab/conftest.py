@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import venv_tool
+from vllm_fleet.project import role_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 # VLLM_FLEET_LAB_PREFIX names the labs apart when two checkouts run the suite at once.
@@ -42,7 +43,7 @@ def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, 
     fresh nodes (tests expect nodes that were never provisioned), `nodes` per vendor and `routers`
     router nodes, its inventory at `inventory`; yields the lab API, and removes the lab after, unless
     VLLM_FLEET_KEEP_LAB=1 keeps it for a look at the nodes. Skips where the lab cannot run (not root)."""
-    from vllm_fleet import lab as lab_api
+    import vllm_fleet_lab as lab_api
 
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
@@ -57,10 +58,10 @@ def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, 
 
 
 def role_default(role: str, variable: str):
-    """A role's default (roles/<role>/defaults/main.yml), the one home of the node paths tests look at."""
+    """A role's default (roles/<layer>/<role>/defaults/main.yml), the one home of the node paths tests look at."""
     import yaml
 
-    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[variable]
+    return yaml.safe_load((role_dir(role) / "defaults" / "main.yml").read_text())[variable]
 
 
 #: Where a run writes on a node from its first steps on (vllm-fleet's directory, the download

@@ -10,7 +10,7 @@ import os
 import re
 
 from tests.lab.conftest import LAB, changed_tasks, recap, run_playbook
-from vllm_fleet.lab.paths import STATE_DIR
+from vllm_fleet_lab.paths import STATE_DIR
 
 HOSTS = ("ascend-01", "ascend-02", "nvidia-01", "nvidia-02")
 UNIT = "vllm-gpt-oss-120b"
@@ -20,10 +20,10 @@ CURRENT = "/opt/vllm-fleet/current"
 # A directory beside the releases that is none of them (no release id, no marker): never pruned.
 ELSEWHERE = "/opt/vllm-fleet/releases/by-hand"
 ETC = "/etc/vllm-fleet"
-# The ascend nodes' model (roles/model_fetch's completion marker in its directory).
+# The ascend nodes' model (roles/blocks/model_fetch's completion marker in its directory).
 MODEL = "gpt-oss-120b"
 MODEL_MARKER = "/home/models/GPT-OSS/.vllm-fleet-complete"
-# The nvidia nodes' driver package, held by roles/apt_packages.
+# The nvidia nodes' driver package, held by roles/blocks/apt_packages.
 DRIVER = "nvidia-driver-570"
 
 
@@ -102,23 +102,23 @@ def test_a_run_repairs_exactly_what_drifted_and_the_next_changes_nothing(lab):
     assert took_steps(fix.stdout) == set(HOSTS), fix.stdout[-3000:]
     changed = changed_tasks(fix.stdout)
     assert set(changed) == set(HOSTS), changed
-    assert "vllm_service : Write the launcher, the readiness helper and each model's environment and unit" \
+    assert "blocks/vllm_service : Write the launcher, the readiness helper and each model's environment and unit" \
         in changed["ascend-01"]
-    assert "vllm_service : Restart the units whose files changed" in changed["ascend-01"]
-    assert "node_base : Create vllm-fleet's directories" in changed["ascend-01"]
+    assert "blocks/vllm_service : Restart the units whose files changed" in changed["ascend-01"]
+    assert "stages/node_base : Create vllm-fleet's directories" in changed["ascend-01"]
     assert changed["ascend-02"] == [
-        f"model_fetch : Take over the staging directory that vllm-fleet made, or make it - {MODEL}",
-        f"model_fetch : Download from ModelScope - {MODEL}",
-        f"model_fetch : Mark complete {MODEL}",
-        f"model_fetch : Move into place {MODEL}",
-        "vllm_service : Enable and start the units that are not",
+        f"blocks/model_fetch : Take over the staging directory that vllm-fleet made, or make it - {MODEL}",
+        f"blocks/model_fetch : Download from ModelScope - {MODEL}",
+        f"blocks/model_fetch : Mark complete {MODEL}",
+        f"blocks/model_fetch : Move into place {MODEL}",
+        "blocks/vllm_service : Enable and start the units that are not",
     ], changed["ascend-02"]
     assert changed["nvidia-01"] == [
-        "apt_packages : Hold the packages not held yet",
-        "python_env : Install the pinned packages",
+        "blocks/apt_packages : Hold the packages not held yet",
+        "blocks/python_env : Install the pinned packages",
     ], changed["nvidia-01"]
-    assert "tiktoken_cache : Download with its checksum checked o200k_base" in changed["nvidia-02"]
-    assert "fleet_release : Mark the release complete, make it current, record it and prune old releases" \
+    assert "blocks/tiktoken_cache : Download with its checksum checked o200k_base" in changed["nvidia-02"]
+    assert "blocks/fleet_release : Mark the release complete, make it current, record it and prune old releases" \
         in changed["nvidia-02"]
     # The units already run the release current points at again: none restarts.
     assert not any("vllm_service" in t for t in changed["nvidia-02"]), changed["nvidia-02"]

@@ -33,8 +33,9 @@ def status(*args: str) -> tuple[int, dict, float]:
 
 
 def units_on(lab, host: str) -> set[str]:
-    """The model units on the node: those roles/vllm_service wrote (its marker is in each)."""
-    out = lab.run(LAB, host, "grep -l 'Managed by vllm-fleet (roles/vllm_service)' /etc/systemd/system/*.service")
+    """The model units on the node: those roles/blocks/vllm_service wrote (its marker is in each)."""
+    out = lab.run(LAB, host, "grep -l 'Managed by vllm-fleet (roles/vllm_service)' "
+                             "/etc/systemd/system/*.service")
     return {Path(line.strip()).name.removesuffix(".service") for line in out.splitlines() if line.strip()}
 
 

@@ -1,7 +1,7 @@
 """The lab's model hub against the real download clients.
 
 A web root holding only the hub is built in a temporary directory
-(``vllm_fleet.lab.www.build_hub``) and served by the lab's own web server
+(``vllm_fleet_lab.www.build_hub``) and served by the lab's own web server
 (``lab/fixtures/services/labweb.py``) on a free 127.0.0.1 port. The clients nodes
 use then download from it exactly as on a node: ``huggingface_hub`` (API and the
 ``hf`` CLI), ``modelscope`` (API and CLI) and ``git clone`` with ``git lfs``, each
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import OffLoopbackTrap, load_module, start_labweb
-from vllm_fleet.lab import www
+from vllm_fleet_lab import www
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "lab" / "fixtures" / "models"

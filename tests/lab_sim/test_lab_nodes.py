@@ -1,9 +1,9 @@
-"""Lab nodes (vllm_fleet/lab/nodes.py) without booting any."""
+"""Lab nodes (lab/vllm_fleet_lab/nodes.py) without booting any."""
 
 
 
 def test_booting_raises_the_inotify_limits_but_never_lowers_them(tmp_path):
-    from vllm_fleet.lab import nodes
+    from vllm_fleet_lab import nodes
 
     low, high = tmp_path / "max_user_instances", tmp_path / "max_user_watches"
     low.write_text("128\n")

@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture()
 def paths(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_FLEET_LAB_DIR", str(tmp_path))
-    import vllm_fleet.lab.paths as module
+    import vllm_fleet_lab.paths as module
 
     return importlib.reload(module)
 
@@ -21,7 +21,7 @@ def _reserve(args):
     import os
 
     os.environ["VLLM_FLEET_LAB_DIR"] = state_dir
-    import vllm_fleet.lab.paths as module
+    import vllm_fleet_lab.paths as module
 
     module = importlib.reload(module)
     return module.lab_paths(name).port_base

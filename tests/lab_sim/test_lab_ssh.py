@@ -19,15 +19,15 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLE, ROOT
-from vllm_fleet.lab import inventory, nodes
-from vllm_fleet.lab.nodes import Node
+from vllm_fleet_lab import inventory, nodes
+from vllm_fleet_lab.nodes import Node
 
 
 @pytest.fixture()
 def paths(tmp_path, monkeypatch):
     """A lab named `unit` whose state lives under tmp_path."""
     monkeypatch.setenv("VLLM_FLEET_LAB_DIR", str(tmp_path / "state"))
-    import vllm_fleet.lab.paths as module
+    import vllm_fleet_lab.paths as module
 
     module = importlib.reload(module)
     yield module.LabPaths("unit", 30000)

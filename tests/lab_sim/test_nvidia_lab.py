@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, example_hosts, lab_host_vars, load_module
-from vllm_fleet.lab import artifacts, inventory
-from vllm_fleet.lab.nodes import Node
-from vllm_fleet.lab.paths import LabPaths
-from vllm_fleet.lab.publishers import nvidia
 from vllm_fleet.validation import validate_hosts
+from vllm_fleet_lab import artifacts, inventory
+from vllm_fleet_lab.nodes import Node
+from vllm_fleet_lab.paths import LabPaths
+from vllm_fleet_lab.publishers import nvidia
 
 VERSIONS = yaml.safe_load((ROOT / "lab" / "inventory" / "versions.yml").read_text())["nvidia"]
 BUILD_INPUT = {"driver_branch": VERSIONS["nvidia_driver_branch"], "driver_packages": VERSIONS["nvidia_driver_packages"],

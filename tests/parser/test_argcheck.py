@@ -1,4 +1,4 @@
-"""vllm_fleet.argcheck's own machinery, without building a real environment (fast).
+"""vllm_fleet_dev.argcheck's own machinery, without building a real environment (fast).
 
 The real parsers are exercised in test_vllm_parser.py; here: which requirements of a
 wheel are installed, which releases are accepted, where torch may come from, and that
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fleet import argcheck
+from vllm_fleet_dev import argcheck
 
 pytestmark = pytest.mark.parser
 

@@ -1,7 +1,7 @@
 """The shipped description of `vllm serve` options (vllm_fleet/data/serve_options.json) is what
 the real parsers of the pinned releases say: regenerated here and compared, so drift fails.
 
-Regenerate with:  python -m vllm_fleet.argcheck --describe
+Regenerate with:  python -m vllm_fleet_dev.argcheck --describe
 (one process per release, ~10-40 s each with the cached parser environments.)
 """
 
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from vllm_fleet import argcheck
+from vllm_fleet_dev import argcheck
 
 pytestmark = [pytest.mark.slow, pytest.mark.parser]
 
@@ -30,6 +30,7 @@ def test_shipped_serve_options_match_the_real_parsers():
         diff = sorted({f"{r}: {name}" for r in set(old) | set(new)
                        for name in set(options(old, r)) | set(options(new, r))
                        if options(old, r).get(name) != options(new, r).get(name)})
-        pytest.fail("vllm_fleet/data/serve_options.json differs from the parsers (run `python -m vllm_fleet.argcheck "
-                    f"--describe`); releases shipped {sorted(old)}, pinned {sorted(new)}; options that differ: "
+        pytest.fail("vllm_fleet/data/serve_options.json differs from the parsers (run "
+                    "`python -m vllm_fleet_dev.argcheck --describe`); "
+                    f"releases shipped {sorted(old)}, pinned {sorted(new)}; options that differ: "
                     + ", ".join(diff[:30]))

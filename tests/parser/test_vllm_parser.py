@@ -1,7 +1,7 @@
 """Every `vllm serve` line the example inventory renders is accepted by the pinned release's own parser.
 
 For each host of inventories/example, its models are resolved (`resolve_models`) and
-rendered (`serve_argv`) exactly as the roles do, and vllm_fleet.argcheck parses them with
+rendered (`serve_argv`) exactly as the roles do, and vllm_fleet_dev.argcheck parses them with
 the real parser of the vLLM release its vendor group pins (`fleet_matrix.vllm.release`,
 else `fleet_matrix.vllm.version`). A vendor fork's own --compilation-config keys, which
 the group declares (`fleet_matrix.vllm.fork_compilation_keys`: Moore Threads'
@@ -28,10 +28,10 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, example_hosts
-from vllm_fleet import argcheck
 from vllm_fleet.exit_codes import EXIT_INVALID
 from vllm_fleet.models import resolve_models
 from vllm_fleet.render import serve_argv
+from vllm_fleet_dev import argcheck
 
 pytestmark = [pytest.mark.slow, pytest.mark.parser]
 
@@ -254,7 +254,7 @@ def test_cli_reports_json_and_exit_status(verdict, tmp_path):
     verdict(release, SAMPLE[release])  # skips (no CPU torch) or fails (no environment) like the rest
     lines = [SAMPLE[release], SAMPLE[release] + BOGUS]
     (tmp_path / "argvs.json").write_text(json.dumps(lines))
-    proc = subprocess.run([sys.executable, "-m", "vllm_fleet.argcheck", "--release", release, "--json",
+    proc = subprocess.run([sys.executable, "-m", "vllm_fleet_dev.argcheck", "--release", release, "--json",
                            str(tmp_path / "argvs.json")], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert proc.returncode == EXIT_INVALID, proc.stderr  # a line refused (vllm_fleet.exit_codes)
     report = json.loads(proc.stdout)

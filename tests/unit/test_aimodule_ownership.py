@@ -1,4 +1,4 @@
-"""roles/musa_aimodule's unpack on this machine (connection local, the archive given as a path):
+"""roles/vendors/musa_aimodule's unpack on this machine (connection local, the archive given as a path):
 the environment's directory is removed only when vllm-fleet's marks prove it made it. A conda
 environment made by hand under the same name stops the host untouched; one the role began to
 unpack (its mark, no record) is unpacked again and recorded."""
@@ -40,7 +40,7 @@ def run(tmp_path: Path, env: Path) -> object:
         "name": "Unpack", "hosts": "all", "gather_facts": False,
         "vars": {"_musa_env_dir": str(env), "fleet_matrix": {"aimodule": archive(tmp_path)}},
         "tasks": [{"name": "Unpack", "ansible.builtin.include_role": {
-            "name": "musa_aimodule", "tasks_from": "environment.yml", "rolespec_validate": False}}],
+            "name": "vendors/musa_aimodule", "tasks_from": "environment.yml", "rolespec_validate": False}}],
     }]))
     return ansible_playbook("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
                             str(book))

@@ -43,7 +43,7 @@ def test_invalid_inventory_is_its_own_outcome():
            "e.g. \"8.3.RC1\" (YAML read it as a number: put it in quotes)" in r.problems
     assert len(r.problems) == 14
     text = str(r)
-    assert "The inventory is invalid; nothing was changed:" in text
+    assert "The inventory is invalid; nothing was changed on any host:" in text
     # The validation task's own failure is not repeated below the problems.
     assert "failed at 'The inventory is valid'" not in text
 
@@ -62,7 +62,7 @@ def test_failed_host_carries_the_task_and_message():
     r = result("failed_host", rc=2)
     assert r.failed_hosts == ["ascend-01"] and r.exit_code == api.EXIT_FAILED
     (failure,) = r.failures
-    assert failure.role == "preflight" and failure.task == "The models' filesystem has enough free space"
+    assert failure.role == "stages/preflight" and failure.task == "The models' filesystem has enough free space"
     assert "needs 1000000.0 GB" in failure.message
     d = r.to_dict()
     assert d["hosts"]["ascend-01"]["status"] == "failed" and d["exit_code"] == 2
@@ -141,7 +141,7 @@ def test_progress_in_a_log_shows_plays_changes_and_failures():
     progress.close()
     text = out.getvalue()
     assert "== Validate the inventory" in text
-    assert "ascend-01      failed      preflight : The models' filesystem has enough free space: ascend-01: " \
+    assert "ascend-01      failed      stages/preflight : The models' filesystem has enough free space: ascend-01: " \
            "/home/models (filesystem /) has" in text
     assert "ok " not in text.replace("Look", "")  # ok results are counted, not listed
 

@@ -285,7 +285,7 @@ def test_chat_models_of_the_hosts_are_the_targets():
     found = bench.targets_from_hostvars({"cpu-01": host_vars(fleet_serve_listen="0.0.0.0", fleet_serve_api_key=KEY)})
     assert [(t.host, t.name, t.served, t.url) for t in found] == [
         ("cpu-01", "tiny-chat", "tiny", "http://192.0.2.7:8000"), ("cpu-01", "own-key", "own-key", "http://192.0.2.7:8002")]
-    # The model's own key wins over its group's, as in roles/vllm_service.
+    # The model's own key wins over its group's, as in roles/blocks/vllm_service.
     assert [t.api_key for t in found] == [KEY, "model-key"]
     assert bench.seed_match(found[0].names)["model"] == "Qwen/Qwen3-4B"
 

@@ -35,7 +35,7 @@ def test_canaries_are_the_first_nodes_and_never_more_than_the_pool():
 
 
 def test_tolerances_are_the_strictest_canarys_and_percentages():
-    assert canary.tolerances([{}]) == LIMITS  # roles/fleet's defaults
+    assert canary.tolerances([{}]) == LIMITS  # roles/stages/fleet's defaults
     assert canary.tolerances([{"fleet_canary_speed_drop_percent": 5}, {"fleet_canary_speed_drop_percent": 10}]) \
         == {**LIMITS, "fleet_canary_speed_drop_percent": 5.0}
     for bad in (-1, 101, "10", True):

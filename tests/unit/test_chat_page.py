@@ -1,4 +1,4 @@
-"""The web chat page (roles/router/files/chat/) in a real browser: Debian's chromium, driven by
+"""The web chat page (roles/services/router/files/chat/) in a real browser: Debian's chromium, driven by
 chromedriver through selenium, against tests/chat_fake.py (the page's files, config.json, a
 model's streaming OpenAI endpoints behind a team key, Prometheus metrics) on 127.0.0.1.
 
@@ -34,7 +34,7 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 MSG_401 = "the key was refused (401): ask your platform team for a team key"
 MSG_429 = "rate limit of your team's key reached (429)"
 OPTION = f"{MODEL} · {VERSION}"
-PAGE = ROOT / "roles" / "router" / "files" / "chat"
+PAGE = ROOT / "roles" / "services" / "router" / "files" / "chat"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 WAIT = 20  # seconds; generous, CI shares two cores

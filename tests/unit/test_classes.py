@@ -1,5 +1,5 @@
 """Classes keyed by declared type, not by name (issue 33, item 3): every role option declares its
-class in roles/<role>/meta/classes.yml, and the class's rule follows the declaration."""
+class in roles/<layer>/<role>/meta/classes.yml, and the class's rule follows the declaration."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_every_role_option_declares_a_known_class_of_its_type():
 
 
 def test_each_roles_classes_are_its_own_options():
-    for path in sorted(ROLES.glob("*/meta/argument_specs.yml")):
+    for path in sorted(ROLES.glob("*/*/meta/argument_specs.yml")):
         role = path.parent.parent.name
         spec = yaml.safe_load(path.read_text())["argument_specs"]["main"].get("options") or {}
         file = path.parent / "classes.yml"

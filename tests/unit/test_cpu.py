@@ -17,12 +17,12 @@ import pytest
 
 from tests.conftest import example_hosts, lab_host_vars
 from vllm_fleet import bench, vendors
-from vllm_fleet.lab import artifacts, inventory
-from vllm_fleet.lab.nodes import Node
-from vllm_fleet.lab.paths import LabPaths
-from vllm_fleet.lab.publishers import cpu
 from vllm_fleet.validation import validate_hosts
 from vllm_fleet.validation.files import file_problems
+from vllm_fleet_lab import artifacts, inventory
+from vllm_fleet_lab.nodes import Node
+from vllm_fleet_lab.paths import LabPaths
+from vllm_fleet_lab.publishers import cpu
 
 HOST = "cpu-01"
 

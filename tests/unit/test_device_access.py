@@ -90,7 +90,7 @@ def test_a_spanning_models_units_open_its_npus_only_on_every_member(span_plan):
 @pytest.mark.ansible
 def test_nvidia_units_open_every_gpu_of_the_node_as_the_contract_says_why(span_plan):
     # /dev/nvidiaN is the driver's minor number, not necessarily the GPU's CUDA index: a unit
-    # file cannot pick the model's; CUDA_VISIBLE_DEVICES limits it (roles/nvidia/vars/main.yml).
+    # file cannot pick the model's; CUDA_VISIBLE_DEVICES limits it (roles/vendors/nvidia/vars/main.yml).
     (unit,) = (span_plan / "nvidia-01/etc/systemd/system").glob("vllm-*.service")
     assert allowed(unit)[:2] == ["/dev/nvidia0", "/dev/nvidia1"]
     assert vendors.contract("nvidia")["unit_devices"][0] == "/dev/nvidia{node_index}"

@@ -1,4 +1,4 @@
-"""library/fleet_releases.py through the ansible CLI, as roles/fleet_release runs it: one call
+"""library/fleet_releases.py through the ansible CLI, as roles/blocks/fleet_release runs it: one call
 reads the release directories, the complete ones, where current points and the history; one
 call of a converge marks the new release complete, makes it current, records it and prunes."""
 

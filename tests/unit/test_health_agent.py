@@ -1,4 +1,4 @@
-"""roles/health_agent's agent, asked as HAProxy's agent-check asks it, over the lab's stand-in
+"""roles/blocks/health_agent's agent, asked as HAProxy's agent-check asks it, over the lab's stand-in
 nvidia-smi; and `vllm-fleet status`'s reading of the same quarantine."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.simulated_node import BIN, Node
 from vllm_fleet import live_status
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENT = ROOT / "roles" / "health_agent" / "files" / "vllm-fleet-health-agent"
+AGENT = ROOT / "roles" / "blocks" / "health_agent" / "files" / "vllm-fleet-health-agent"
 
 
 def free_port() -> int:

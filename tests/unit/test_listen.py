@@ -164,7 +164,7 @@ def test_engine_api_key_of_no_model_is_the_groups():
 
 def test_every_reader_of_the_engines_key_asks_engine_api_key(tmp_path):
     """Monitoring's bearer keys, live status, bench and the readiness helper (filter
-    fleet_engine_api_key) send the key roles/vllm_service gives the engine: one rule."""
+    fleet_engine_api_key) send the key roles/blocks/vllm_service gives the engine: one rule."""
     from filter_plugins.fleet import FilterModule
     from vllm_fleet import bench, monitoring
 

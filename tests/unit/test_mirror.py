@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from tests.conftest import OffLoopbackTrap, start_labweb
-from vllm_fleet.lab import www
 from vllm_fleet.mirror import bom, fetch, store
 from vllm_fleet.mirror import sync as mirror_sync
+from vllm_fleet_lab import www
 
 # The sync validates the inventory with playbooks/validate.yml, as any run does.
 pytestmark = pytest.mark.ansible

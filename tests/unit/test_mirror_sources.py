@@ -30,7 +30,7 @@ PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 def test_the_mirror_url_is_the_first_mirror_hosts_cluster_address_else_its_ansible_host():
     hostvars = {"m1": {"ansible_host": "10.0.0.5"},
                 "m2": {"ansible_host": "10.0.0.6", "fleet_cluster_address": "fd00::6", "mirror_port": 9000}}
-    assert layout.mirror_url(["m1", "m2"], hostvars) == "http://10.0.0.5:8081"  # roles/mirror's default port
+    assert layout.mirror_url(["m1", "m2"], hostvars) == "http://10.0.0.5:8081"  # roles/services/mirror's default port
     assert layout.mirror_url(["m2"], hostvars) == "http://[fd00::6]:9000"
     assert layout.mirror_url([], hostvars) == ""
 
@@ -149,7 +149,8 @@ def test_a_node_sees_every_source_at_the_mirror(site, tmp_path):
     book = tmp_path / "show.yml"
     book.write_text(yaml.safe_dump([{
         "hosts": "ascend-01", "gather_facts": False, "connection": "local",
-        "tasks": [{"ansible.builtin.include_role": {"name": "fleet", "tasks_from": "settings.yml", "public": True}},
+        "tasks": [{"ansible.builtin.include_role": {"name": "stages/fleet", "tasks_from": "settings.yml",
+                                                    "public": True}},
                   {"ansible.builtin.debug": {"msg": SHOW}}]}]))
     env_roles = {"ANSIBLE_ROLES_PATH": str(REPO / "roles")}
     proc = subprocess.run([str(PLAYBOOK), "-i", str(inv), str(book), "-e", json.dumps({"mirror_port": port}),

@@ -1,4 +1,4 @@
-"""roles/model_fetch on this machine (connection local, a url source on file://): the role moves,
+"""roles/blocks/model_fetch on this machine (connection local, a url source on file://): the role moves,
 resumes or writes into only directories its fetch marker proves it made. A foreign directory at
 a model's path, or at its staging path, stops the host and is left exactly as it was; a staging
 directory of its own is resumed and the model ends complete."""
@@ -42,8 +42,8 @@ def run(tmp_path: Path, path: Path) -> subprocess.CompletedProcess:
         "vars": {"fleet_accelerator": {"vendor": "cpu", "model": "x86", "count": 1},
                  "fleet_base_dir": str(tmp_path / "fleet"), "fleet_matrix": {"python": "3.11"},
                  "fleet_models": [{"name": "tiny", "kind": "chat", "path": str(path), "source": source(tmp_path)}]},
-        "roles": [{"role": "fleet"}],
-        "tasks": [{"name": "Fetch", "ansible.builtin.import_role": {"name": "model_fetch"}}],
+        "roles": [{"role": "stages/fleet"}],
+        "tasks": [{"name": "Fetch", "ansible.builtin.import_role": {"name": "blocks/model_fetch"}}],
     }]))
     return ansible_playbook("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
                             str(playbook))

@@ -1,4 +1,4 @@
-"""Monitoring (roles/monitoring): targets from the inventory, validation of monitoring hosts,
+"""Monitoring (roles/services/monitoring): targets from the inventory, validation of monitoring hosts,
 the role's configuration and rules rendered by Ansible and checked (and unit-tested) with
 promtool, and the device health collector run against recorded SMI outputs."""
 
@@ -22,7 +22,7 @@ from vllm_fleet import monitoring
 from vllm_fleet.validation import monitoring_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLE = ROOT / "roles" / "monitoring"
+ROLE = ROOT / "roles" / "services" / "monitoring"
 SMI = ROOT / "tests" / "unit" / "fixtures" / "smi"
 KEY = "k" * 24
 OWN_KEY = "m" * 24
@@ -442,7 +442,7 @@ def test_the_collector_reads_the_labs_simulated_tools(tmp_path, vendor):
 
 def test_the_series_are_the_ones_the_chat_page_reads():
     """chat.js's fleet panel takes vllm_fleet_accelerator_* by name and keys them by the `index` label."""
-    chat = (ROOT / "roles" / "router" / "files" / "chat" / "chat.js").read_text()
+    chat = (ROOT / "roles" / "services" / "router" / "files" / "chat" / "chat.js").read_text()
     assert set(re.findall(r"take\('(vllm_fleet_accelerator_\w+)'", chat)) == set(ACCELERATOR_SERIES)
     assert "s.labels.index" in chat  # the only label it reads: `vendor` beside it is ignored
     collector = (ROLE / "files" / "vllm-fleet-device-health").read_text()

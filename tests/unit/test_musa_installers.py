@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import load_module
-from vllm_fleet.lab import artifacts
+from vllm_fleet_lab import artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "lab" / "fixtures" / "installers" / "musa" / "build.py"

@@ -12,6 +12,7 @@ import yaml
 
 from vllm_fleet import api, live_status, state
 from vllm_fleet.models import resolve_models
+from vllm_fleet.project import role_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = "/etc/systemd/system"
@@ -41,7 +42,7 @@ def test_state_absent_is_not_served_and_its_unit_goes():
 
 def test_the_roles_markers_are_the_ones_status_looks_for():
     for role in ("vllm_service", "ray_cluster"):
-        marker = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())[f"_{role}_marker"]
+        marker = yaml.safe_load((role_dir(role) / "vars" / "main.yml").read_text())[f"_{role}_marker"]
         assert f"# {marker}".startswith(live_status.MANAGED), role
 
 

@@ -12,6 +12,7 @@ from tests.conftest import ansible_playbook, example_hosts, starts_ansible
 from tests.systemd_syntax import exec_start, split_exec
 from vllm_fleet import render
 from vllm_fleet.models import resolve_models
+from vllm_fleet.project import role_dirs
 from vllm_fleet.vendors import VENDORS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -401,7 +402,8 @@ NOT_PLANNED = {
     "metax_maca": "/etc/profile.d/maca.sh: not yet planned",
     "python_env": "pip.conf in each virtualenv: not yet planned",
 }
-#: Where each role gives the plan its files: the file that names its templates.
+#: Where each role gives the plan its files: the files that name its templates (and the file
+#: lists in its templates/*.json.j2, which these name).
 PLAN_SOURCES = ("vars/main.yml", "tasks/plan.yml")
 
 
@@ -409,14 +411,17 @@ def test_every_role_template_is_planned():
     """Every template of a role that has templates is rendered by the role's plan (tasks/plan.yml,
     with the list in vars/main.yml), or the role is listed in NOT_PLANNED with its reason."""
     missing = []
-    for role in sorted(p for p in (ROOT / "roles").iterdir() if (p / "templates").is_dir()):
+    for role in [p for p in role_dirs() if (p / "templates").is_dir()]:
         if role.name in NOT_PLANNED:
             continue
         if not (role / "tasks" / "plan.yml").is_file():
             missing.append(f"{role.name}: no tasks/plan.yml")
             continue
         text = "".join((role / src).read_text() for src in PLAN_SOURCES if (role / src).is_file())
-        text += (ROOT / "roles" / "fleet" / "vars" / "main.yml").read_text()  # the image's Dockerfile, per vendor
+        # The file lists a role renders from templates of its own (templates/files.json.j2 ...).
+        text += "".join(p.read_text() for p in sorted((role / "templates").glob("*.json.j2")))
+        # The image's Dockerfile, per vendor.
+        text += (ROOT / "roles" / "stages" / "fleet" / "vars" / "main.yml").read_text()
         for template in sorted((role / "templates").rglob("*.j2")):
             name = str(template.relative_to(role / "templates"))
             vendor = name.split(".", 1)[0]
@@ -427,7 +432,7 @@ def test_every_role_template_is_planned():
             if name not in text and loops not in text:
                 missing.append(f"{role.name}: {name} is in no plan")
     assert missing == []
-    assert not set(NOT_PLANNED) - {p.name for p in (ROOT / "roles").iterdir()}, "NOT_PLANNED names a removed role"
+    assert not set(NOT_PLANNED) - {p.name for p in role_dirs()}, "NOT_PLANNED names a removed role"
 
 
 def full_site(tmp_path: Path) -> Path:

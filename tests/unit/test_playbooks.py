@@ -10,10 +10,11 @@ import yaml
 from vllm_fleet import vendors
 
 ROOT = Path(__file__).resolve().parents[2]
-#: What every vendor contract (roles/<vendor>/vars/main.yml) must say; docs/CONTRIBUTING-VENDOR.md explains each.
+#: What every vendor contract (roles/vendors/<vendor>/vars/main.yml) must say;
+#: docs/CONTRIBUTING-VENDOR.md explains each.
 CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "shared_devices", "unit_devices",
                  "packages", "installs", "pins", "release", "runtime", "cluster", "driver", "doctor", "image",
-                 "container"}
+                 "container", "vllm_build"}
 RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 
@@ -27,8 +28,10 @@ def test_site_validates_first_then_converges_every_vendor_in_one_play():
     assert imported[0] == "playbooks/validate.yml"
     # The fleet's own mirror before any node fetches from it; the routers last: their health
     # checks find the engines up.
-    assert imported[1:] == ["playbooks/mirror.yml", "playbooks/converge.yml", "playbooks/router.yml",
-                            "playbooks/monitoring.yml"]
+    # The waves (opt-in) after the mirror they start from and before the converge that finds the
+    # models complete.
+    assert imported[1:] == ["playbooks/mirror.yml", "playbooks/distribute.yml", "playbooks/converge.yml",
+                            "playbooks/router.yml", "playbooks/monitoring.yml"]
     # No playbook per vendor: a run costs the slowest vendor, not the sum of them.
     assert not [p for p in imported if Path(p).stem in vendors.VENDORS]
 
@@ -38,7 +41,7 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     and a vendor whose nodes all fail does not end the play for the other vendors."""
     in_place, rollout = load(ROOT / "playbooks" / "converge.yml")
     assert in_place["strategy"] == "free"
-    assert [r["role"] for r in in_place["roles"]] == ["fleet"]
+    assert [r["role"] for r in in_place["roles"]] == ["stages/fleet"]
     assert [t["ansible.builtin.import_tasks"] for t in in_place["tasks"]] == ["tasks/converge-node.yml"]
     node = load(ROOT / "playbooks" / "tasks" / "converge-node.yml")
     # One read of the node's state first; the steps, included as one unit, only where it is needed;
@@ -47,12 +50,12 @@ def test_the_converge_play_targets_the_fleet_and_lets_each_node_run_its_vendors_
     (include,) = [t for t in node if "ansible.builtin.include_tasks" in t]
     assert include["ansible.builtin.include_tasks"] == "converge-steps.yml"
     assert include["when"] == "_fleet_full_path"
-    assert node[-1]["ansible.builtin.import_role"]["name"] == "report"
+    assert node[-1]["ansible.builtin.import_role"]["name"] == "stages/report"
     steps_file = load(ROOT / "playbooks" / "tasks" / "converge-steps.yml")
     steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in steps_file[:-1]]
-    assert [s["name"] for s in steps] == ["preflight", "node_base", "{{ fleet_vendor.role }}", "tiktoken_cache",
-                                          "model_fetch", "fleet_release", "vllm_service", "health_agent",
-                                          "monitoring"]
+    assert [s["name"] for s in steps] == ["stages/preflight", "stages/node_base", "{{ fleet_vendor.role }}",
+                                          "blocks/tiktoken_cache", "blocks/model_fetch", "blocks/fleet_release",
+                                          "blocks/vllm_service", "blocks/health_agent", "services/monitoring"]
     # The vendor's role is chosen per node, at run time.
     assert "ansible.builtin.include_role" in steps_file[2]
     # Last, the record the next run's read compares with.
@@ -70,15 +73,15 @@ def test_a_rollout_drains_converges_and_readies_each_node_in_batches_and_rescues
     assert rollout["serial"] == "{{ fleet_rollout_serial | default('100%') }}"
     assert rollout["max_fail_percentage"] == "{{ fleet_rollout_max_fail_percentage | default(0) }}"
     (turn,) = [t for t in rollout["tasks"] if "ansible.builtin.include_role" in t]
-    assert turn["ansible.builtin.include_role"]["name"] == "fleet_rollout"
+    assert turn["ansible.builtin.include_role"]["name"] == "services/fleet_rollout"
     # The in-place play's steps, one file for both plays.
     assert turn["vars"]["fleet_rollout_steps"] == "{{ playbook_dir }}/tasks/converge-node.yml"
-    (block,) = load(ROOT / "roles" / "fleet_rollout" / "tasks" / "turn.yml")
+    (block,) = load(ROOT / "roles" / "services" / "fleet_rollout" / "tasks" / "turn.yml")
     assert [t["ansible.builtin.include_tasks"] for t in block["block"]] == [
         "drain.yml", "{{ fleet_rollout_steps }}", "ready.yml"]
     assert [t["ansible.builtin.include_tasks"] for t in block["rescue"]] == ["rescue.yml"]
     # The rescue goes back to the release the node came from, readies it, then fails the node.
-    steps = load(ROOT / "roles" / "fleet_rollout" / "tasks" / "rescue.yml")
+    steps = load(ROOT / "roles" / "services" / "fleet_rollout" / "tasks" / "rescue.yml")
     kinds = [next(k for k in t if k.startswith("ansible.builtin.")) for t in steps]
     assert kinds == ["ansible.builtin.set_fact", "ansible.builtin.include_role", "ansible.builtin.include_tasks",
                      "ansible.builtin.fail"]
@@ -87,7 +90,7 @@ def test_a_rollout_drains_converges_and_readies_each_node_in_batches_and_rescues
 
 def test_validation_runs_before_the_fleet_role_loads_any_vendor():
     (play,) = load(ROOT / "playbooks" / "validate.yml")
-    assert [r["role"] for r in play["roles"]] == ["validate_inventory"]
+    assert [r["role"] for r in play["roles"]] == ["stages/validate_inventory"]
     assert play["any_errors_fatal"] is True
     # Router and monitoring hosts are validated too (against every fleet node), though they are no fleet nodes.
     # ... and no selection of tasks skips it: the pattern goes through the guard of the command line.
@@ -97,7 +100,7 @@ def test_validation_runs_before_the_fleet_role_loads_any_vendor():
 def test_the_router_play_runs_on_the_router_group_only():
     (play,) = load(ROOT / "playbooks" / "router.yml")
     assert play["hosts"] == "router"
-    assert [r["role"] for r in play["roles"]] == ["router"]
+    assert [r["role"] for r in play["roles"]] == ["services/router"]
 
 
 def test_the_vendor_list_is_the_facts_modules():
@@ -108,31 +111,36 @@ def test_the_vendor_list_is_the_facts_modules():
     assert not [key for key in spec["$defs"] if key.startswith("matrix_")]
     from vllm_fleet import validation
     assert validation.schema()["$defs"]["accelerator"]["properties"]["vendor"]["enum"] == list(vendors.VENDORS)
-    assert vendors.VENDORS == ("ascend", "metax", "musa", "nvidia", "cpu")
+    # The vendors are the hardware table's, and each is one stack under roles/vendors/ (its
+    # contract in vars/main.yml); the other folders there are building blocks of a stack.
+    stacks = {p.name for p in (ROOT / "roles" / "vendors").iterdir()
+              if (p / "vars" / "main.yml").is_file() and f"{p.name}_contract" in load(p / "vars" / "main.yml")}
+    assert set(vendors.VENDORS) == stacks
 
 
 @pytest.mark.parametrize("vendor", vendors.VENDORS)
 def test_each_vendor_is_one_role_with_its_contract(vendor):
-    role = ROOT / "roles" / vendor
+    role = ROOT / "roles" / "vendors" / vendor
     written = load(role / "vars" / "main.yml")[f"{vendor}_contract"]
     defaults = vendors.contract_defaults()
-    where = f"roles/{vendor}/vars/main.yml"
+    where = f"roles/vendors/{vendor}/vars/main.yml"
     assert set(written) <= CONTRACT_KEYS, f"{where}: unknown {sorted(set(written) - CONTRACT_KEYS)}"
     missing = sorted(CONTRACT_KEYS - set(defaults) - set(written))
     assert not missing, f"{where} lacks {missing}, which have no default"
     # A contract writes only where its vendor differs: a key equal to its default is a second home.
     assert not [k for k in written if k in defaults and written[k] == defaults[k]], where
     contract = vendors.contract(vendor)
-    assert set(contract) == CONTRACT_KEYS and contract["role"] == vendor
+    assert set(contract) == CONTRACT_KEYS and contract["role"] == f"vendors/{vendor}"
     assert set(contract["runtime"]) == RUNTIME_KEYS
     assert set(contract["deploy_modes"]) <= {"host", "container"} and "host" in contract["deploy_modes"]
     assert contract["driver"]["healthy"] and "Critical" not in contract["driver"]["healthy"]
     assert {"checks", "driver"} <= set(contract["doctor"])
     assert {"tag", "pulled"} == set(contract["image"])
     from vllm_fleet import validation
-    assert vendors.matrix_schema(vendor), f"the vendor's matrix needs a schema: roles/{vendor}/meta/matrix.schema.yml"
+    assert vendors.matrix_schema(vendor), \
+        f"the vendor's matrix needs a schema: roles/vendors/{vendor}/meta/matrix.schema.yml"
     assert validation.schema()["$defs"][f"matrix_{vendor}"] == vendors.matrix_schema(vendor)
-    # roles/fleet includes tasks/contract.yml publicly in every play: it must change nothing.
+    # roles/stages/fleet includes tasks/contract.yml publicly in every play: it must change nothing.
     (task,) = load(role / "tasks" / "contract.yml")
     assert task["ansible.builtin.meta"] == "noop"
 
@@ -149,16 +157,16 @@ def test_each_vendor_has_example_group_vars_and_a_lab(vendor):
 def test_no_role_keeps_a_per_vendor_copy_of_the_contract():
     """A shared role reads fleet_vendor; a vars/<vendor>.yml there would be a second home."""
     for vendor in vendors.VENDORS:
-        copies = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "roles").glob(f"*/vars/{vendor}.yml"))
+        copies = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "roles").glob(f"*/*/vars/{vendor}.yml"))
         assert not copies, copies
 
 
 def test_the_monitoring_play_runs_on_the_monitoring_group_and_fleet_nodes_get_exporters_only_with_it():
     (play,) = load(ROOT / "playbooks" / "monitoring.yml")
     assert play["hosts"] == "monitoring"
-    assert [r["role"] for r in play["roles"]] == ["monitoring"]
+    assert [r["role"] for r in play["roles"]] == ["services/monitoring"]
     steps = load(ROOT / "playbooks" / "tasks" / "converge-steps.yml")
     # Included, so that without monitoring hosts the whole step is one skipped task.
-    (step,) = [t for t in steps if (t.get("ansible.builtin.include_role") or {}).get("name") == "monitoring"]
+    (step,) = [t for t in steps if (t.get("ansible.builtin.include_role") or {}).get("name") == "services/monitoring"]
     assert step["ansible.builtin.include_role"]["tasks_from"] == "node_exporter.yml"
     assert "groups['monitoring']" in step["when"]

@@ -29,7 +29,7 @@ def run_role(tmp_path: Path, venv: Path) -> subprocess.CompletedProcess:
         "name": "A venv", "hosts": "all", "gather_facts": False,
         "vars": {"fleet_pip_index_url": "http://127.0.0.1:9/simple", "fleet_pip_extra_index_urls": [],
                  "fleet_pip_trusted_hosts": [], "_fleet_release_venv": str(venv)},
-        "roles": [{"role": "python_env", "python_env_path": str(venv), "python_env_interpreter": sys.executable,
+        "roles": [{"role": "blocks/python_env", "python_env_path": str(venv), "python_env_interpreter": sys.executable,
                    "python_env_packages": [PIP]}],
     }]))
     return ansible_playbook("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
@@ -48,7 +48,7 @@ def test_a_venv_left_without_pip_is_created_again_then_left_alone(tmp_path):
 
     first = run_role(tmp_path, venv)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
-    assert "TASK [python_env : Create the virtualenv]" in first.stdout
+    assert "TASK [blocks/python_env : Create the virtualenv]" in first.stdout
     pip = subprocess.run([str(venv / "bin" / "pip"), "--version"], capture_output=True, text=True)
     assert pip.returncode == 0 and pip.stdout.startswith(f"pip {ensurepip.version()} "), pip.stdout + pip.stderr
     assert "index-url = http://127.0.0.1:9/simple" in (venv / "pip.conf").read_text()
@@ -56,7 +56,7 @@ def test_a_venv_left_without_pip_is_created_again_then_left_alone(tmp_path):
     again = run_role(tmp_path, venv)
     assert again.returncode == 0, again.stdout[-3000:]
     assert changed(again) == 0, again.stdout[-3000:]
-    assert "TASK [python_env : Create the virtualenv]" not in again.stdout
+    assert "TASK [blocks/python_env : Create the virtualenv]" not in again.stdout
 
 
 def test_a_directory_that_is_not_a_venv_is_never_cleared(tmp_path):

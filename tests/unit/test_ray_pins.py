@@ -74,17 +74,17 @@ def _task_var(path: str, name: str) -> str:
 def test_the_install_step_doctor_the_release_and_the_image_take_ray_on_a_spans_members_only(tmp_path, spans):
     """The roles' own expressions, rendered by Ansible for the example's NVIDIA and Ascend nodes."""
     show = {
-        "nvidia_install": _task_var("roles/nvidia/tasks/vllm_host.yml", "python_env_packages"),
-        "ascend_install": _task_var("roles/ascend/tasks/vllm_host.yml", "vllm_source_repin"),
+        "nvidia_install": _task_var("roles/vendors/nvidia/tasks/vllm_host.yml", "python_env_packages"),
+        "ascend_install": _task_var("roles/vendors/ascend/tasks/vllm_host.yml", "vllm_source_repin"),
         "doctor": "{{ fleet_vendor.doctor.checks | map(attribute='packages') | list }}",
         "release": "{{ _fleet_release_keys }}",
         "image": "{{ lookup('ansible.builtin.template', '"
-                 + str(ROOT / "roles/container_image/templates/ascend.Dockerfile.j2")
+                 + str(ROOT / "roles/blocks/container_image/templates/ascend.Dockerfile.j2")
                  + "') if fleet_accelerator.vendor == 'ascend' else '' }}",
     }
     book = tmp_path / "show.yml"
     book.write_text(yaml.safe_dump([{
-        "hosts": "nvidia-01,ascend-01", "gather_facts": False, "roles": ["fleet"],
+        "hosts": "nvidia-01,ascend-01", "gather_facts": False, "roles": ["stages/fleet"],
         "tasks": [{"ansible.builtin.copy": {"content": "{{ show | to_json }}",
                                             "dest": str(tmp_path) + "/{{ inventory_hostname }}.json"},
                    "vars": {"show": show}, "delegate_to": "localhost"}]}]))

@@ -101,7 +101,7 @@ def test_no_role_writes_a_pip_pin_of_the_matrix_outside_the_contracts_pins():
     written = re.compile(r"[A-Za-z0-9_.-]+==\s*(\{\{\s*|'\s*~\s*)fleet_matrix\.")
     found = [f"{path.relative_to(ROOT)}:{n}"
              for root in (ROOT / "roles", ROOT / "tests" / "lab" / "vendor" / "acme" / "roles")
-             for path in sorted([*root.glob("*/tasks/**/*"), *root.glob("*/templates/**/*")]) if path.is_file()
+             for path in sorted([*root.glob("*/*/tasks/**/*"), *root.glob("*/*/templates/**/*")]) if path.is_file()
              for n, line in enumerate(path.read_text().splitlines(), 1) if written.search(line)]
     assert not found, found
 
@@ -214,21 +214,22 @@ def load(path: str):
 
 
 def test_paths_have_one_home_and_units_run_the_stable_current_link():
-    fleet = load("roles/fleet/vars/main.yml")
+    fleet = load("roles/stages/fleet/vars/main.yml")
     assert fleet["_fleet_current"] == "{{ fleet_base_dir }}/current"
     assert fleet["_fleet_venv"] == "{{ _fleet_current }}/venv"
     assert fleet["_fleet_release_venv"] == "{{ _fleet_release_dir }}/venv"
     assert "fleet_release_id" in fleet["_fleet_release_id"]
     # Installers write into the matrix's release, never into current.
-    assert load("roles/python_env/defaults/main.yml")["python_env_path"] == "{{ _fleet_release_venv }}"
-    assert load("roles/vllm_source/defaults/main.yml")["vllm_source_venv"] == "{{ _fleet_release_venv }}"
-    assert load("roles/vllm_source/defaults/main.yml")["vllm_source_dir"] == "{{ _fleet_release_src_dir }}"
-    assert load("roles/vllm_overlay/defaults/main.yml")["vllm_overlay_state_dir"] == "{{ _fleet_release_overlay_dir }}"
+    assert load("roles/blocks/python_env/defaults/main.yml")["python_env_path"] == "{{ _fleet_release_venv }}"
+    assert load("roles/blocks/vllm_source/defaults/main.yml")["vllm_source_venv"] == "{{ _fleet_release_venv }}"
+    assert load("roles/blocks/vllm_source/defaults/main.yml")["vllm_source_dir"] == "{{ _fleet_release_src_dir }}"
+    assert load("roles/blocks/vllm_overlay/defaults/main.yml")["vllm_overlay_state_dir"] \
+        == "{{ _fleet_release_overlay_dir }}"
     # What runs reads current: every versioned vendor's executable is the venv's.
     for vendor in VERSIONED:
         assert vendors.contract(vendor)["runtime"]["executable"] == "{{ _fleet_venv }}/bin/vllm"
-    # No role but roles/fleet derives a release path (roles/fleet_release links current relatively).
-    for path in (ROOT / "roles").glob("*/*/*.yml"):
+    # No role but roles/stages/fleet derives a release path (roles/blocks/fleet_release links current relatively).
+    for path in (ROOT / "roles").glob("*/*/*/*.yml"):
         if path.parts[-3] not in ("fleet", "fleet_release") and path.parts[-2] != "meta":
             assert "/releases" not in path.read_text() and "/current" not in path.read_text(), path
 
@@ -236,7 +237,7 @@ def test_paths_have_one_home_and_units_run_the_stable_current_link():
 def test_converge_switches_release_after_the_models_and_right_before_the_units_restart():
     tasks = load("playbooks/tasks/converge-steps.yml")[:-1]
     steps = [t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role") for t in tasks]
-    names = [s["name"] for s in steps]
+    names = [s["name"].rsplit("/", 1)[-1] for s in steps]
     assert names.index("fleet_release") == names.index("vllm_service") - 1
     assert names.index("fleet_release") > names.index("model_fetch") > names.index("{{ fleet_vendor.role }}")
     assert tasks[names.index("fleet_release")]["when"] == "_fleet_releases_enabled"
@@ -245,10 +246,11 @@ def test_converge_switches_release_after_the_models_and_right_before_the_units_r
 def test_each_entry_point_is_one_module_run_on_the_node():
     """converge (main) marks, switches and prunes, switch only switches, read only reads: each
     one call of library/fleet_releases.py, then a set_fact on the controller."""
-    assert [t["ansible.builtin.import_tasks"] for t in load("roles/fleet_release/tasks/main.yml")] == ["converge.yml"]
+    main = load("roles/blocks/fleet_release/tasks/main.yml")
+    assert [t["ansible.builtin.import_tasks"] for t in main] == ["converge.yml"]
     calls = {}
     for entry in ("converge", "read", "switch"):
-        tasks = load(f"roles/fleet_release/tasks/{entry}.yml")
+        tasks = load(f"roles/blocks/fleet_release/tasks/{entry}.yml")
         assert [next(k for k in t if k not in ("name", "register")) for t in tasks] == [
             "fleet_releases", "ansible.builtin.set_fact"], entry
         calls[entry] = tasks[0]["fleet_releases"]
@@ -258,12 +260,12 @@ def test_each_entry_point_is_one_module_run_on_the_node():
     assert calls["converge"]["prune"] is True and "fleet_release_inputs" in calls["converge"]["record"]
     assert "target" in calls["switch"] and "record" not in calls["switch"] and "prune" not in calls["switch"]
     assert not {"record", "target", "prune"} & set(calls["read"])
-    activate = load("roles/fleet_release/tasks/activate.yml")
+    activate = load("roles/blocks/fleet_release/tasks/activate.yml")
     assert activate[0]["ansible.builtin.import_tasks"] == "switch.yml"
-    assert activate[1]["ansible.builtin.include_role"]["name"] == "vllm_service"
-    specs = load("roles/fleet_release/meta/argument_specs.yml")["argument_specs"]
+    assert activate[1]["ansible.builtin.include_role"]["name"] == "blocks/vllm_service"
+    specs = load("roles/blocks/fleet_release/meta/argument_specs.yml")["argument_specs"]
     assert set(specs) == {"main", "read", "switch", "activate"}
-    assert load("roles/fleet_release/defaults/main.yml") == {"fleet_release_target": ""}
+    assert load("roles/blocks/fleet_release/defaults/main.yml") == {"fleet_release_target": ""}
     for entry in ("switch", "activate"):
         assert specs[entry]["options"]["fleet_release_target"]["default"] == ""
 
@@ -272,7 +274,7 @@ def test_rollback_validates_reads_switches_to_previous_and_passes_the_gate():
     plays = load("playbooks/rollback.yml")
     assert plays[0] == {"name": "Validate the inventory", "ansible.builtin.import_playbook": "validate.yml"}
     play = plays[1]
-    assert play["hosts"] == "fleet" and [r["role"] for r in play["roles"]] == ["fleet"]
+    assert play["hosts"] == "fleet" and [r["role"] for r in play["roles"]] == ["stages/fleet"]
     tasks = play["tasks"]
     includes = [t["ansible.builtin.include_role"].get("tasks_from") for t in tasks
                 if "ansible.builtin.include_role" in t]
@@ -285,7 +287,7 @@ def test_rollback_validates_reads_switches_to_previous_and_passes_the_gate():
 
 
 def test_the_units_environment_names_the_current_release():
-    env = load("roles/vllm_service/vars/main.yml")["_vllm_service_env"]
+    env = load("roles/blocks/vllm_service/vars/main.yml")["_vllm_service_env"]
     assert "'FLEET_RELEASE': fleet_release_state.current | default(_fleet_release_id, true)" in env
     assert "if _fleet_releases_enabled" in env
 

@@ -1,4 +1,4 @@
-"""roles/fleet_release on this machine (connection local, a temporary fleet_base_dir): each
+"""roles/blocks/fleet_release on this machine (connection local, a temporary fleet_base_dir): each
 converge of a new matrix makes its release current and keeps fleet_releases_keep of them;
 a switch to the previous release (what rollback does before restarting the units) moves
 only the link and the history; a release without its completion marker is refused."""
@@ -34,7 +34,7 @@ def run(tmp_path: Path, version: str, tasks: list[dict], keep: int = 2) -> subpr
         "name": "Releases", "hosts": "all", "gather_facts": False,
         "vars": {"fleet_accelerator": {"vendor": "cpu", "model": "x86", "count": 1}, "fleet_base_dir": str(base),
                  "fleet_matrix": matrix(version), "fleet_releases_keep": keep},
-        "roles": [{"role": "fleet"}],
+        "roles": [{"role": "stages/fleet"}],
         "tasks": tasks + [{"name": "Save the state", "ansible.builtin.copy": {
             "content": "{{ fleet_release_state | to_json }}", "dest": str(tmp_path / "state.json"), "mode": "0644"}}],
     }]))
@@ -47,12 +47,12 @@ def run(tmp_path: Path, version: str, tasks: list[dict], keep: int = 2) -> subpr
 CONVERGE = [
     {"name": "Install the release", "ansible.builtin.file": {"path": "{{ _fleet_release_venv }}", "state": "directory",
                                                              "mode": "0755"}},
-    {"name": "Release", "ansible.builtin.import_role": {"name": "fleet_release"}},
+    {"name": "Release", "ansible.builtin.import_role": {"name": "blocks/fleet_release"}},
 ]
 ROLLBACK = [
-    {"name": "Read", "ansible.builtin.include_role": {"name": "fleet_release", "tasks_from": "read.yml"}},
+    {"name": "Read", "ansible.builtin.include_role": {"name": "blocks/fleet_release", "tasks_from": "read.yml"}},
     {"name": "Target", "ansible.builtin.set_fact": {"target": "{{ fleet_release_state.previous }}"}},
-    {"name": "Switch", "ansible.builtin.include_role": {"name": "fleet_release", "tasks_from": "switch.yml"},
+    {"name": "Switch", "ansible.builtin.include_role": {"name": "blocks/fleet_release", "tasks_from": "switch.yml"},
      "vars": {"fleet_release_target": "{{ target }}"}},
 ]
 
@@ -103,8 +103,8 @@ def test_a_release_without_its_marker_is_not_switched_to(tmp_path):
     # An install of another release that did not finish: a directory, no marker.
     (base / "releases" / "0123456789ab" / "venv").mkdir(parents=True)
     proc = run(tmp_path, "1.0", [
-        {"name": "Read", "ansible.builtin.include_role": {"name": "fleet_release", "tasks_from": "read.yml"}},
-        {"name": "Switch", "ansible.builtin.include_role": {"name": "fleet_release", "tasks_from": "switch.yml"},
+        {"name": "Read", "ansible.builtin.include_role": {"name": "blocks/fleet_release", "tasks_from": "read.yml"}},
+        {"name": "Switch", "ansible.builtin.include_role": {"name": "blocks/fleet_release", "tasks_from": "switch.yml"},
          "vars": {"fleet_release_target": "0123456789ab"}}])
     assert proc.returncode != 0
     assert "release 0123456789ab is not installed completely" in proc.stdout

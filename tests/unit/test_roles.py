@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vllm_fleet.project import ROLE_LAYERS, role_dirs
+
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+ROLES = role_dirs()
 
 
 def load(path: Path):
@@ -58,11 +60,31 @@ def test_main_is_a_table_of_contents(role):
         assert task.get("tags"), f"{role.name}/tasks/main.yml: step {task['name']!r} has no tag"
 
 
-def test_roles_readme_lists_every_role_once():
-    """roles/README.md is the map of the run's stages: every role folder once, no other name."""
-    listed = re.findall(r"^\s*- `([a-z0-9_]+)`:", (ROOT / "roles" / "README.md").read_text(), re.MULTILINE)
-    folders = {role.name for role in ROLES}
-    twice = sorted({name for name in listed if listed.count(name) > 1})
-    assert not twice, f"roles/README.md lists these roles more than once: {twice}"
+def test_roles_are_grouped_by_layer():
+    """roles/ holds the layers' folders and its index, nothing else; a layer holds roles only."""
+    top = {p.name for p in (ROOT / "roles").iterdir()}
+    assert top == {*ROLE_LAYERS, "README.md"}, f"roles/ should hold {sorted(ROLE_LAYERS)} and README.md: {sorted(top)}"
+    for layer in ROLE_LAYERS:
+        for path in (ROOT / "roles" / layer).iterdir():
+            assert (path / "tasks" / "main.yml").is_file(), \
+                f"roles/{layer}/{path.name} is not a role (no tasks/main.yml)"
+    names = [role.name for role in ROLES]
+    assert len(names) == len(set(names)), \
+        "two roles of one name in different layers: a role's name prefixes its variables"
+
+
+def test_roles_readme_lists_every_role_once_under_its_layer():
+    """roles/README.md is the map of the layers: every role folder once, under its layer's heading."""
+    listed = {}
+    layer = None
+    for line in (ROOT / "roles" / "README.md").read_text().splitlines():
+        if heading := re.match(r"^## `([a-z_]+)/`", line):
+            layer = heading.group(1)
+        elif entry := re.match(r"^\s*- `([a-z0-9_]+)/([a-z0-9_]+)`:", line):
+            path = f"{entry.group(1)}/{entry.group(2)}"
+            assert path not in listed, f"roles/README.md lists {path} twice"
+            assert entry.group(1) == layer, f"roles/README.md lists {path} under the heading of {layer}/"
+            listed[path] = layer
+    folders = {f"{role.parent.name}/{role.name}" for role in ROLES}
     assert not folders - set(listed), f"roles/README.md does not list: {sorted(folders - set(listed))}"
     assert not set(listed) - folders, f"roles/README.md names roles that do not exist: {sorted(set(listed) - folders)}"

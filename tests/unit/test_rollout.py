@@ -79,7 +79,7 @@ def _events(turns: list[str], failed: dict[str, str]) -> list[dict]:
                                                         "res": {"ansible_facts": {"fleet_rollout_turn": [h]}}}}
               for h in turns]
     events += [{"event": "runner_on_failed", "event_data": {"host": h, "task": "The node's turn failed",
-                                                            "role": "fleet_rollout", "res": {"msg": m}}}
+                                                            "role": "services/fleet_rollout", "res": {"msg": m}}}
                for h, m in failed.items()]
     events.append({"event": "playbook_on_stats", "event_data": {
         "ok": {h: 5 for h in turns}, "failures": {h: 1 for h in failed}, "processed": {h: 1 for h in turns}}})

@@ -1,4 +1,4 @@
-"""The router (roles/router): its backends from the inventory, its validation, and its
+"""The router (roles/services/router): its backends from the inventory, its validation, and its
 HAProxy configuration rendered by the role's own template through Ansible."""
 
 from __future__ import annotations
@@ -87,8 +87,14 @@ def test_a_source_url_with_credentials_is_not_shown():
         router_problems({"r": hosts["r"]}, twins), [])[0]
 
 
+def test_the_spec_allows_exactly_the_router_s_policies():
+    spec = yaml.safe_load((ROOT / "roles" / "services" / "router" / "meta" / "argument_specs.yml").read_text())
+    option = spec["argument_specs"]["main"]["options"]["router_models"]["options"]["policy"]
+    assert sorted(option["choices"]) == sorted(router.POLICIES)
+
+
 def test_the_spec_allows_exactly_the_replica_fields():
-    spec = yaml.safe_load((ROOT / "roles" / "router" / "meta" / "argument_specs.yml").read_text())
+    spec = yaml.safe_load((ROOT / "roles" / "services" / "router" / "meta" / "argument_specs.yml").read_text())
     option = spec["argument_specs"]["main"]["options"]["router_models"]["options"]["allow_differences"]
     assert option["choices"] == list(router.REPLICA_FIELDS)
 
@@ -266,7 +272,8 @@ def haproxy_check(text: str, tmp_path: Path) -> None:
     if not shutil.which("haproxy"):
         pytest.skip("no haproxy on this controller (scripts/setup installs it)")
     text = text.replace("/etc/haproxy/", f"{tmp_path}/")
-    (tmp_path / "vllm-fleet-teams.lua").write_text((ROOT / "roles/router/files/vllm-fleet-teams.lua").read_text())
+    lua = ROOT / "roles" / "services" / "router" / "files" / "vllm-fleet-teams.lua"
+    (tmp_path / "vllm-fleet-teams.lua").write_text(lua.read_text())
     for name in ("vllm-fleet-keys.map", "vllm-fleet-limits.map"):
         (tmp_path / name).write_text("")
     cfg = tmp_path / "checked.cfg"
@@ -296,17 +303,17 @@ def test_inventory_strings_reach_the_config_as_one_word_each(tmp_path):
     """A listen address or a timeout carrying a space, `#` or `$` ends up as one quoted word
     (HAProxy would refuse the address, not read a second one or a comment)."""
     out = tmp_path / "haproxy.cfg"
-    defaults = yaml.safe_load((ROOT / "roles/router/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((ROOT / "roles/services/router/defaults/main.yml").read_text())
     for name in ("router_models", "router_listen_address", "router_timeout_client"):
         defaults.pop(name)
     proc = _playbook(tmp_path, _inventory(tmp_path), f"""
 - hosts: router
   gather_facts: false
   vars: {json.dumps(defaults)}
-  vars_files: [{ROOT}/roles/router/vars/main.yml]
+  vars_files: [{ROOT}/roles/services/router/vars/main.yml]
   tasks:
     - ansible.builtin.template:
-        src: {ROOT}/roles/router/templates/etc/haproxy/haproxy.cfg.j2
+        src: {ROOT}/roles/services/router/templates/etc/haproxy/haproxy.cfg.j2
         dest: {out}
         mode: "0644"
       vars:
@@ -328,7 +335,7 @@ def _render(tmp_path: Path, router_vars: dict, template: str = "etc/haproxy/hapr
     doc["all"]["children"]["router"]["hosts"]["router-01"].update(router_vars)
     inventory.write_text(yaml.safe_dump(doc))
     out = tmp_path / "rendered"
-    defaults = yaml.safe_load((ROOT / "roles/router/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((ROOT / "roles/services/router/defaults/main.yml").read_text())
     for name in ("router_listen_address", *router_vars):
         defaults.pop(name, None)
     defaults.pop("router_models", None)
@@ -336,10 +343,10 @@ def _render(tmp_path: Path, router_vars: dict, template: str = "etc/haproxy/hapr
 - hosts: router
   gather_facts: false
   vars: {json.dumps(defaults)}
-  vars_files: [{ROOT}/roles/router/vars/main.yml]
+  vars_files: [{ROOT}/roles/services/router/vars/main.yml]
   tasks:
     - ansible.builtin.template:
-        src: {ROOT}/roles/router/templates/{template}
+        src: {ROOT}/roles/services/router/templates/{template}
         dest: {out}
         mode: "0644"
 """)
@@ -549,7 +556,7 @@ def test_page_site_on_a_wildcard_reaches_the_endpoints_on_loopback(tmp_path, lis
 
 def test_the_role_spec_offers_exactly_the_routers_policies():
     """The argument spec's choices (YAML, so a literal list) are vllm_fleet.router's POLICIES."""
-    spec = yaml.safe_load((ROOT / "roles/router/meta/argument_specs.yml").read_text())
+    spec = yaml.safe_load((ROOT / "roles/services/router/meta/argument_specs.yml").read_text())
     choices = spec["argument_specs"]["main"]["options"]["router_models"]["options"]["policy"]["choices"]
     assert sorted(choices) == sorted(router.POLICIES)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_fleet import argcheck
 from vllm_fleet.validation import serve_options, validate_hosts
+from vllm_fleet_dev import argcheck
 
 
 def problems_for(hosts, host):

@@ -17,8 +17,8 @@ from tests.conftest import ansible_playbook
 pytestmark = pytest.mark.ansible
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICE = ROOT / "roles" / "vllm_service"
-MONITORING = ROOT / "roles" / "monitoring"
+SERVICE = ROOT / "roles" / "blocks" / "vllm_service"
+MONITORING = ROOT / "roles" / "services" / "monitoring"
 
 
 def render(tmp_path: Path, **extra) -> tuple[object, dict[str, str]]:
@@ -39,7 +39,7 @@ def render(tmp_path: Path, **extra) -> tuple[object, dict[str, str]]:
     book.write_text(yaml.safe_dump([{
         "name": "Units", "hosts": "all", "gather_facts": False, "vars": play_vars,
         "vars_files": [str(SERVICE / "vars/main.yml"), str(MONITORING / "vars/main.yml")],
-        "roles": [{"role": "fleet"}],
+        "roles": [{"role": "stages/fleet"}],
         "tasks": [{"name": f"Render {name}", "ansible.builtin.template": {
             "src": str(src), "dest": str(tmp_path / name), "mode": "0644"}, "vars": task_vars}
             for name, (src, task_vars) in units.items()],
@@ -81,7 +81,7 @@ def test_a_value_that_would_break_its_line_is_refused(tmp_path):
 
 
 def test_apt_sources_take_each_value_as_one_word_or_refuse_it(tmp_path):
-    apt = ROOT / "roles" / "apt_packages" / "templates" / "etc" / "apt"
+    apt = ROOT / "roles" / "blocks" / "apt_packages" / "templates" / "etc" / "apt"
 
     def sources(uris: list[str]) -> object:
         book = tmp_path / "apt.yml"

@@ -116,14 +116,14 @@ def test_service_user_root_or_system_account_is_refused(example, user):
 
 
 def test_preflight_refuses_an_existing_login_user():
-    """roles/preflight reads the account before roles/node_base makes it a nologin one."""
-    main = yaml.safe_load((Path("roles/preflight/tasks/main.yml")).read_text())
+    """roles/stages/preflight reads the account before roles/stages/node_base makes it a nologin one."""
+    main = yaml.safe_load((Path("roles/stages/preflight/tasks/main.yml")).read_text())
     files = [t["ansible.builtin.import_tasks"] for t in main]
     assert files.index("user.yml") < files.index("checks.yml")
-    tasks = yaml.safe_load(Path("roles/preflight/tasks/user.yml").read_text())
+    tasks = yaml.safe_load(Path("roles/stages/preflight/tasks/user.yml").read_text())
     assert tasks[0]["ansible.builtin.getent"]["key"] == "{{ fleet_service_user }}"
     assert "nologin" in tasks[1]["ansible.builtin.assert"]["that"]
-    user = yaml.safe_load(Path("roles/node_base/tasks/user.yml").read_text())[1]["ansible.builtin.user"]
+    user = yaml.safe_load(Path("roles/stages/node_base/tasks/user.yml").read_text())[1]["ansible.builtin.user"]
     assert user["shell"] == "/usr/sbin/nologin"  # what preflight protects a login account from
 
 

@@ -212,7 +212,7 @@ def test_container_mode_is_rejected(example):
     group(example)["fleet_deploy_mode"] = "container"
     assert problems_for(example) == [
         f"host {HOST}: fleet_deploy_mode = 'container': musa nodes have no container deployment "
-        "(deploy_modes of roles/musa/vars/main.yml); accepted: host"]
+        "(deploy_modes of roles/vendors/musa/vars/main.yml); accepted: host"]
 
 
 def test_disabled_models_are_not_held_to_the_rules(example):

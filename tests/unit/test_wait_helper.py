@@ -1,4 +1,4 @@
-"""roles/vllm_service/files/vllm-fleet-wait against small HTTP servers that answer like vLLM (or do not)."""
+"""roles/blocks/vllm_service/files/vllm-fleet-wait against small HTTP servers that answer like vLLM (or do not)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-HELPER = Path(__file__).resolve().parents[2] / "roles" / "vllm_service" / "files" / "vllm-fleet-wait"
+HELPER = Path(__file__).resolve().parents[2] / "roles" / "blocks" / "vllm_service" / "files" / "vllm-fleet-wait"
 
 
 class Engine(BaseHTTPRequestHandler):

@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLE, ROOT
-from vllm_fleet import argcheck, cli, live_status, validation
+from vllm_fleet import cli, live_status, validation
 from vllm_fleet.api import PlanResult, RunResult
 from vllm_fleet.validation import serve
+from vllm_fleet_dev import argcheck
 
 UNDESCRIBED = "0.11.1"
 
@@ -68,7 +69,7 @@ def test_a_pin_without_description_is_a_warning_naming_hosts_group_pin_and_comma
     assert warning.startswith(f"vLLM {UNDESCRIBED} (fleet_matrix.vllm.version of nvidia-01, group nvidia-nodes) "
                               "has no description of its `vllm serve` options")
     assert "the serve flags of these hosts were not checked" in warning
-    assert f"`.venv/bin/python -m vllm_fleet.argcheck --describe {UNDESCRIBED}`" in warning
+    assert f"`.venv/bin/python -m vllm_fleet_dev.argcheck --describe {UNDESCRIBED}`" in warning
 
 
 def test_described_pins_give_no_serve_warning(example):
@@ -111,7 +112,7 @@ def test_the_warnings_command_describes_any_release_and_then_the_flags_are_check
     _pin_undescribed(hosts["nvidia-01"])
     (warning,) = validation.unchecked_serve_warnings({"nvidia-01": hosts["nvidia-01"]})
     command = shlex.split(warning.split("`")[-2])
-    assert command[:3] == [".venv/bin/python", "-m", "vllm_fleet.argcheck"]
+    assert command[:3] == [".venv/bin/python", "-m", "vllm_fleet_dev.argcheck"]
     # The command as the warning gives it (into the file validation reads): the release joins the others.
     assert argcheck.main([*command[3:], "--output", str(copy)]) == 0
     assert asked == [UNDESCRIBED]

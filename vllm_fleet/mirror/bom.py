@@ -3,14 +3,14 @@
 Read from each host's rendered variables (vllm_fleet.inventory.host_vars):
 
 - every ``fleet_matrix`` entry by the type its vendor's matrix schema declares for it
-  (roles/<vendor>/meta/matrix.schema.yml): ``artifact`` (an installer or overlay, fetched from
+  (roles/vendors/<vendor>/meta/matrix.schema.yml): ``artifact`` (an installer or overlay, fetched from
   ``fleet_artifact_base_url`` or its own ``url``), ``download`` (a file tried from its sources, the
   tokenizer), ``git_source`` (a pinned commit), ``image`` (container mode only); an entry whose
   schema gives no type but the artifact's shape (sha256 with file or url, as MetaX's overlays) is an
   artifact too;
 - the pip distributions of every virtualenv the roles create: the vendor contract's pins at the
   matrix's versions (vllm_fleet.release.pin_specs, as the install steps), the hub clients of the
-  model sources the node uses (roles/model_fetch), vllm-router on router hosts (roles/router),
+  model sources the node uses (roles/blocks/model_fetch), vllm-router on router hosts (roles/services/router),
   resolved for the node's Python (the matrix's) and architecture (``fleet_architecture``);
 - every model whose source is a hub (modelscope, huggingface) at its revision, and the files of a
   ``url`` source with their checksums.
@@ -36,7 +36,7 @@ KEYS = ("groups", "fleet_accelerator", "fleet_matrix", "fleet_models", "fleet_de
         "fleet_artifact_base_url", "fleet_github_mirror", "fleet_pip_index_url", "fleet_pip_extra_index_urls",
         "fleet_pip_trusted_hosts", "fleet_hub", "fleet_container_registry", "fleet_system_python")
 
-#: Hub clients per model source type, as roles/model_fetch installs them ({distribution: matrix key}).
+#: Hub clients per model source type, as roles/blocks/model_fetch installs them ({distribution: matrix key}).
 HUB_CLIENTS = {"modelscope": {"modelscope": "modelscope", "modelscope-hub": "modelscope_hub"},
                "huggingface": {"huggingface_hub": "huggingface_hub"}}
 #: pip's platform tags for a node's architecture: manylinux wheels, newest glibc baseline first.
@@ -150,7 +150,7 @@ def platform_of(host_vars: dict) -> str:
 
 
 def system_python_of(host_vars: dict) -> str:
-    """The node's own Python (fleet_system_python, roles/fleet's default where the inventory says none)."""
+    """The node's own Python (fleet_system_python, roles/stages/fleet's default where the inventory says none)."""
     return str(host_vars.get("fleet_system_python") or role_default("fleet_system_python"))
 
 
@@ -179,7 +179,7 @@ def bill_of_materials(hosts: dict[str, dict]) -> Bill:
             _pip(bill, f"{name}: {vendor}'s pins", hv, python_of(matrix) or system, release.pin_specs(pins, matrix))
             _pip(bill, f"{name}: the hub clients", hv, system, _models(bill, name, hv, matrix))
         if name in (groups.get("router") or []) and isinstance(matrix.get("vllm_router"), dict):
-            # roles/router installs vllm-router into its own venv (the node's Python), at the matrix's version.
+            # roles/services/router installs vllm-router into its own venv (the node's Python), at the matrix's version.
             _pip(bill, f"{name}: fleet_matrix.vllm_router", hv, system,
                  [f"vllm-router=={matrix['vllm_router']['version']}"])
     return bill
@@ -224,7 +224,7 @@ def _models(bill: Bill, host: str, hv: dict, matrix: dict) -> list[str]:
         if not isinstance(model, dict) or model.get("state") == "absent" or model.get("enabled") is False:
             continue
         fetched.append((f"fleet_models[{index}]", model))
-        # A model's LoRA adapters come from sources of their own (roles/model_fetch fetches them too).
+        # A model's LoRA adapters come from sources of their own (roles/blocks/model_fetch fetches them too).
         for number, adapter in enumerate(model.get("lora_adapters") or []):
             if isinstance(adapter, dict):
                 fetched.append((f"fleet_models[{index}].lora_adapters[{number}]", adapter))

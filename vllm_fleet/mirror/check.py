@@ -15,7 +15,7 @@ def missing(hosts: dict[str, dict], manifest: dict, url: str, inventory: str = "
     problems = []
     held = set((manifest or {}).get("items") or {})
     sync = f"vllm-fleet mirror sync -i {inventory or 'INVENTORY'} -o DIR"
-    # The sources a host does not set are the mirror's (roles/fleet): what the nodes need does not
+    # The sources a host does not set are the mirror's (roles/stages/fleet): what the nodes need does not
     # depend on where it comes from, but the bill reads a file's place from them.
     with_defaults = {h: {**{n: source_default(url, n) for n in SOURCE_PATHS}, **own} for h, own in hosts.items()}
     try:

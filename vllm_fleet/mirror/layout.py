@@ -29,7 +29,7 @@ def url_host(address: str) -> str:
 
 def mirror_url(mirror_hosts, hostvars) -> str:
     """The URL of the fleet's mirror: the first host of the group `mirror`, at its cluster address (else
-    its ansible_host) and its mirror_port (roles/mirror); "" without one."""
+    its ansible_host) and its mirror_port (roles/services/mirror); "" without one."""
     hosts = list(mirror_hosts or [])
     if not hosts:
         return ""

@@ -20,6 +20,8 @@ module per class, each applied to every variable of its class wherever it sits:
   add to what vllm-fleet renders, never undo a rule (privileges, network, ports, dashboard);
 - play keywords (play_keywords.py): the extra vars a rollout's `serial` and
   `max_fail_percentage` are templated from, in every form Ansible takes;
+- values known only later (later.py): a judged variable whose template reads facts, the
+  environment, a command's output, the clock, directly or through the variables it names;
 
 - inventory files (files.py): a file Ansible would forgive (no host in the run, a vars file
   that is no mapping, a key given twice, a vault it cannot open), checked before a run starts;
@@ -56,6 +58,7 @@ from vllm_fleet.validation import (
     strings,
     types,
 )
+from vllm_fleet.validation.later import later_problems, later_reads
 from vllm_fleet.validation.matrix import placeholder_checksums, placeholder_warnings
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.play_keywords import play_keyword_problems
@@ -74,7 +77,8 @@ from vllm_fleet.validation.span import span_problems
 from vllm_fleet.validation.vendor_rules import VENDOR_RULES, vendor_group_problems
 
 __all__ = [
-    "CONNECTION_VARIABLES", "SECRET_NAME", "WARNING_KINDS", "fleet_variables", "mask_secrets", "models_needing",
+    "CONNECTION_VARIABLES", "SECRET_NAME", "WARNING_KINDS", "fleet_variables", "later_reads", "mask_secrets",
+    "models_needing",
     "monitoring_problems", "placeholder_checksums", "placeholder_warnings", "role_default", "role_options", "router_problems",
     "run_warnings", "schema", "secret_values", "serve_options", "span_problems", "unchecked_serve_warnings",
     "validate_host", "validate_hosts", "validate_inventory", "validated_variables",
@@ -184,20 +188,22 @@ def render_problems(unrendered: dict[str, dict[str, str]], hosts: list[str]) -> 
 
 
 def validate_inventory(all_hosts: dict[str, dict], run_hosts: list[str],
-                       unrendered: dict[str, dict[str, str]] | None = None) -> list[str]:
+                       unrendered: dict[str, dict[str, str]] | None = None,
+                       later: dict[str, dict[str, str]] | None = None) -> list[str]:
     """Every problem of the inventory for the hosts of a run, as sentences; [] if valid.
 
     `all_hosts`: every host of the inventory -> its variables (plain values); `run_hosts`: the
     hosts of the run (after -l); `unrendered`: host -> variable -> why Ansible could not render
-    it (those variables are absent from `all_hosts`). Hosts of the router group alone are no fleet nodes (no
-    accelerator, no models): only the router's rules apply to them, against every fleet node
-    of the inventory (not only those of the run: `-l router` must still know what the fleet
-    serves). Monitoring hosts alike; a fleet node may also be one. Every host of the run,
+    it; `later`: host -> variable -> the refusal of a template that reads something known only
+    later (later.later_reads); the variables of both are absent from `all_hosts`. Hosts of the
+    router group alone are no fleet nodes (no accelerator, no models): only the router's rules
+    apply to them, against every fleet node of the inventory (not only those of the run: `-l
+    router` must still know what the fleet serves). Monitoring hosts alike; a fleet node may also be one. Every host of the run,
     whatever its groups, passes the rules by class and the port registry.
 
     Each node's served models are resolved once for the whole call (vllm_fleet.models.resolved_once).
     """
-    rendering = render_problems(unrendered or {}, run_hosts)
+    rendering = render_problems(unrendered or {}, run_hosts) + later_problems(later or {}, run_hosts)
     with resolved_once():
         problems = rendering + _validate_inventory(all_hosts, run_hosts)
     every_secret = sorted({s for v in all_hosts.values() for s in secret_values(v)}, key=len, reverse=True)
@@ -258,7 +264,7 @@ def run_warnings(all_hosts: dict[str, dict], run_hosts: list[str], sources: list
     """Every warning of the inventory for the hosts of a run, by kind (WARNING_KINDS): the precedence
     surprises of its files (`sources`), placeholder checksums in any variable of a host of the run,
     and the run's fleet nodes whose vLLM release is not described, so that their serve flags go
-    unchecked. The one list that a run (roles/validate_inventory) and `vllm-fleet status` print."""
+    unchecked. The one list that a run (roles/stages/validate_inventory) and `vllm-fleet status` print."""
     run = {h: all_hosts[h] for h in run_hosts if h in all_hosts}
     return {"precedence": inventory_warnings(sources),
             "checksums": placeholder_warnings(run),

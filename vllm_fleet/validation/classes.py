@@ -1,6 +1,6 @@
 """The classes of value, and which class each variable is: declared, not guessed from its name.
 
-Each role option declares its class in roles/<role>/meta/classes.yml (Ansible's argument spec
+Each role option declares its class in roles/<layer>/<role>/meta/classes.yml (Ansible's argument spec
 has no key for it, and ansible-lint's schema refuses one): `port`, `path`, `secret`, ... A rule
 of a class (types.py for numbers, formats.py, paths.py, accounts.py, names.py, secrets.py, the
 environment rule below, play_keywords.py) applies to every variable declared of that class,

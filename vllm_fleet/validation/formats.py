@@ -1,6 +1,6 @@
 """Values of a format the consumer parses: addresses, durations, file modes, URLs.
 
-A role variable declared of a format's class (roles/<role>/meta/classes.yml) is held to that
+A role variable declared of a format's class (roles/<layer>/<role>/meta/classes.yml) is held to that
 format here, one rule per format for every variable declared of it, whatever its name, before
 HAProxy, Prometheus or systemd parse it on a node (where a wrong one fails a reload, or worse,
 means something else):

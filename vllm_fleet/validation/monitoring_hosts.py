@@ -1,4 +1,4 @@
-"""The monitoring hosts (roles/monitoring): Prometheus scraping every model and every node's exporter."""
+"""The monitoring hosts (roles/services/monitoring): Prometheus scraping every model and every node's exporter."""
 
 from __future__ import annotations
 

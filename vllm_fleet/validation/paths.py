@@ -69,7 +69,7 @@ def path_rule(value: Any, executable: bool = False) -> str | None:
 
 
 def is_path_variable(name: str) -> bool:
-    """A top-level variable of class path or executable (declared: roles/<role>/meta/classes.yml;
+    """A top-level variable of class path or executable (declared: roles/<layer>/<role>/meta/classes.yml;
     a variable no role declares: by its name)."""
     cls = class_of(name)
     if cls is not None:

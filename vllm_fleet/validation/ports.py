@@ -3,7 +3,8 @@
 Every listener of the inventory claims its (address, port) in one registry, in one order:
 each host's SSH port, each fleet node's models (explicit ports and the ones derived from
 fleet_serve_base_port), the heads' Ray ports, the routers' model ports, the nodes' health
-agents (when the inventory has router hosts), the node exporters
+agents (when the inventory has router hosts), the nodes' model shares (when models are
+distributed in waves), the node exporters
 (when the inventory has monitoring hosts) and Prometheus. A claim on a taken pair, or a
 port outside 1024-65535 (the SSH port excepted: it is the admin's), is a problem of the
 claimant, said once, whatever groups its host is in.
@@ -140,6 +141,14 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
             if is_port_number(port):
                 out.append(Claim(host, _address(host, all_hosts[host]), port, f"Prometheus of {host}",
                                  f"monitoring_prometheus_port = {port}", typed=True))
+    for host in fleet:
+        # In waves (docs/operations/model-distribution.md) each node serves what it holds to its peers.
+        host_vars = all_hosts[host]
+        if host_vars.get("model_fetch_distribution", role_default("model_fetch_distribution")) == "waves":
+            port = host_vars.get("model_fetch_share_port", role_default("model_fetch_share_port"))
+            if is_port_number(port):
+                out.append(Claim(host, cluster_address(host, host_vars), port, f"the model share of {host}",
+                                 f"model_fetch_share_port = {port}", typed=True))
     for host in sorted(h for h, v in all_hosts.items() if "mirror" in _groups(v)):
         port = all_hosts[host].get("mirror_port", role_default("mirror_port"))
         if is_port_number(port):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import difflib
 
-from vllm_fleet.role_specs import ROLES_DIR, role_default, role_names, role_options
+from vllm_fleet.project import ROLES_DIR
+from vllm_fleet.role_specs import role_default, role_names, role_options
 from vllm_fleet.secrets import SECRET_NAME
 from vllm_fleet.validation.problem import _describe, _masked
 from vllm_fleet.validation.schema import schema

@@ -1,4 +1,4 @@
-"""The router hosts (roles/router): one endpoint per model served by several nodes."""
+"""The router hosts (roles/services/router): one endpoint per model served by several nodes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Layer 1: the JSON Schema in data/inventory.schema.yml (types, enums, commit ids, checksums),
-with each vendor's version matrix from its role (roles/<vendor>/meta/matrix.schema.yml)."""
+with each vendor's version matrix from its role (roles/vendors/<vendor>/meta/matrix.schema.yml)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ SCHEMA_FILE = DATA_DIR / "inventory.schema.yml"
 def schema() -> dict:
     """The inventory schema, with the vendors of vllm_fleet.vendors (the one list) as the accepted ones."""
     doc = yaml.safe_load(SCHEMA_FILE.read_text())
-    # Each vendor's matrix is in its own role (roles/<vendor>/meta/matrix.schema.yml).
+    # Each vendor's matrix is in its own role (roles/vendors/<vendor>/meta/matrix.schema.yml).
     for name in vendors.VENDORS:
         matrix = vendors.matrix_schema(name)
         if matrix is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from vllm_fleet import vendors
 from vllm_fleet.models import DATA_DIR, flag_key
+from vllm_fleet.validation.engine import engine_problems
 from vllm_fleet.validation.problem import Problem, _describe, _numeric
 
 SERVE_OPTIONS_FILE = DATA_DIR / "serve_options.json"
@@ -61,6 +62,8 @@ def _json_problems(where: str, value: Any, key: str = "", parents: tuple = ()) -
             return [f"{where} = {_describe(value)}: not a count; accepted: a whole number >= 0"]
         return [p for i, v in enumerate(value) for p in _json_problems(f"{where}[{i}]", v, key, parents)]
     if isinstance(value, bool):
+        if any(p in _COUNTS for p in parents + (key,)):  # true is 1 to pydantic, and no count anyone meant
+            return [f"{where} = {_describe(value)}: a boolean, not a count; accepted: a whole number 0-{LARGEST_SIZE}"]
         return []
     if isinstance(value, (int, float)):
         if value != value or not 0 <= value <= JSON_LARGEST:
@@ -99,7 +102,7 @@ _TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "jso
 
 @lru_cache(maxsize=1)
 def serve_options() -> dict[str, dict]:
-    """release -> {vllm_version, options} from data/serve_options.json (see vllm_fleet.argcheck --describe)."""
+    """release -> {vllm_version, options} from data/serve_options.json (see vllm_fleet_dev.argcheck --describe)."""
     return json.loads(SERVE_OPTIONS_FILE.read_text())["releases"]
 
 
@@ -113,12 +116,12 @@ def serve_release(doc: dict) -> str | None:
     if not isinstance(release, str):
         return None
     vendor = accelerator.get("vendor") if isinstance(accelerator, dict) else None
-    return f"{release}+cpu" if vendor == "cpu" and not release.endswith("+cpu") else release
+    return vendors.parser_release(release, vendor)
 
 
 #: The one command that describes a release's `vllm serve` options into SERVE_OPTIONS_FILE
-#: (vllm_fleet.argcheck; this layer does not import it).
-DESCRIBE_COMMAND = ".venv/bin/python -m vllm_fleet.argcheck --describe {release}"
+#: (the developer tools' vllm_fleet_dev.argcheck, dev/; the product never imports it).
+DESCRIBE_COMMAND = ".venv/bin/python -m vllm_fleet_dev.argcheck --describe {release}"
 
 
 def unchecked_serve_warnings(hosts: dict[str, dict]) -> list[str]:
@@ -185,7 +188,8 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
     """Every enabled model's merged `serve` against the `vllm serve` options of the host's release.
 
     Unknown options (with a did-you-mean), types, choices, nargs, boolean styles, values
-    smuggling more flags, and the ranges vLLM checks only at engine start. Options the
+    smuggling more flags, the ranges vLLM checks only at engine start, and the options against
+    each other as vLLM's engine configs judge them then (engine.py). Options the
     vendor's fork adds (`fleet_matrix.vllm.fork_serve_options`) are the fork's to judge.
     """
     release = serve_release(doc)
@@ -245,6 +249,10 @@ def serve_option_problems(doc: dict, models: list[dict]) -> list[str]:
                 if rule and number is not None and not rule[0](number):
                     problems.append(f"{where}: out of range for {flag}; accepted: {rule[1]} (vLLM checks it only "
                                     "when the engine starts)")
+        # The options against each other, as vLLM's engine configs judge them at start (engine.py).
+        for key, value, why, accepted in engine_problems(m["serve"], options):
+            problems.append(f"model {m['name']}: serve.{key} = {_describe(m['serve'].get(key, value))}: {why}; "
+                            f"accepted: {accepted}")
     return problems
 
 

@@ -12,7 +12,7 @@ from ..conftest import recap, slowest_tasks
 from .conftest import INVENTORY, LAB, run_playbook
 
 UNIT = "vllm-gpt-oss-120b.service"
-READINESS_GATE = "vllm_service : Wait for /health of each model, then send it the smoke request of its kind"
+READINESS_GATE = "blocks/vllm_service : Wait for /health of each model, then send it the smoke request of its kind"
 
 
 def show(lab, node: str, *props: str) -> dict:

@@ -1,4 +1,4 @@
-"""A model spanning two lab nodes on a real Ray cluster (roles/ray_cluster), on a lab of its own.
+"""A model spanning two lab nodes on a real Ray cluster (roles/blocks/ray_cluster), on a lab of its own.
 
 Two NVIDIA nodes (host mode converges fastest: a venv from the lab's pip index), each with
 its own loopback address (fleet_cluster_address 127.0.0.N: the nodes share the host's
@@ -61,7 +61,7 @@ def out(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def lab():
-    from vllm_fleet.lab.paths import lab_paths
+    from vllm_fleet_lab.paths import lab_paths
 
     start = time.monotonic()
     with lab_session(LAB, INVENTORY, ["nvidia"], nodes=2) as lab_api:

@@ -95,7 +95,7 @@ def chat(lab_api) -> str:
 
 
 def web_requests(lab_api) -> list[str]:
-    from vllm_fleet.lab.paths import lab_paths
+    from vllm_fleet_lab.paths import lab_paths
 
     log = lab_paths(LAB).root / "web.log"
     return log.read_text(errors="replace").splitlines() if log.exists() else []
@@ -154,9 +154,9 @@ def test_release_switch_and_rollback(lab):
     changed = set(changed_tasks(proc.stdout).get(NODE, []))
     # The switch and the history are the release step's one module run (library/fleet_releases.py).
     assert changed == {
-        "fleet_release : Mark the release complete, make it current, record it and prune old releases",
-        "vllm_service : Write the launcher, the readiness helper and each model's environment and unit",
-        "vllm_service : Restart the units whose files changed",
+        "blocks/fleet_release : Mark the release complete, make it current, record it and prune old releases",
+        "blocks/vllm_service : Write the launcher, the readiness helper and each model's environment and unit",
+        "blocks/vllm_service : Restart the units whose files changed",
     }, changed
     assert recap(proc.stdout)[NODE]["changed"] == 3
     assert chat(lab)

@@ -3,7 +3,7 @@
 Shared by the router's tests (test_router.py) and the rolling changes' (test_router_rollout.py,
 which run after them: they change the nodes' flags and release).
 
-NVIDIA because its host mode is versioned (a release per matrix, roles/fleet_release), which a
+NVIDIA because its host mode is versioned (a release per matrix, roles/blocks/fleet_release), which a
 rollout switches and rolls back, and its stack converges in about a minute with the engine
 stand-in; the CPU node's real engine would take about 2 minutes and 2 GB per node and per
 release and prove nothing more about routing. Each node serves one model (gpt-oss-20b, without
@@ -64,7 +64,7 @@ def group_matrix() -> dict:
 @pytest.fixture(scope="package")
 def routed():
     """The lab booted and converged; yields (lab API, router port). Timings go to the test's output."""
-    from vllm_fleet.lab.paths import lab_paths
+    from vllm_fleet_lab.paths import lab_paths
 
     start = time.monotonic()
     with lab_session(LAB, INVENTORY, ["nvidia"], nodes=2, routers=1) as lab_api:
@@ -100,7 +100,7 @@ def answered(lab_api) -> dict[str, int]:
 
 def server_status(lab_api) -> dict[str, str]:
     """HAProxy's view of each server of the model's backend (UP, DOWN, DRAIN, ...). HAProxy writes
-    a drained server with an agent check (every server: roles/health_agent) as "DRAIN (agent)":
+    a drained server with an agent check (every server: roles/blocks/health_agent) as "DRAIN (agent)":
     the state is the first word."""
     out = lab_api.run(LAB, ROUTER, 'echo "show stat" | socat stdio unix-connect:/run/haproxy/admin.sock')
     rows = [line.split(",") for line in out.splitlines() if line.startswith(f"model_{MODEL},")]

@@ -1,6 +1,6 @@
-"""The router (roles/router, HAProxy) in front of two NVIDIA nodes serving the same model
+"""The router (roles/services/router, HAProxy) in front of two NVIDIA nodes serving the same model
 (the lab and its helpers: conftest.py): balancing, health checks, drain and ready, streaming,
-and the quarantine of a node whose devices turn Critical (roles/health_agent)."""
+and the quarantine of a node whose devices turn Critical (roles/blocks/health_agent)."""
 
 from __future__ import annotations
 

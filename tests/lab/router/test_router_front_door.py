@@ -63,7 +63,7 @@ def metrics(port: int, path: str = "/metrics") -> str:
 @pytest.fixture(scope="module")
 def front_door(routed):
     """The router with team keys (given as a secrets file, -e @FILE) and a cache_aware pool."""
-    from vllm_fleet.lab.paths import lab_paths
+    from vllm_fleet_lab.paths import lab_paths
 
     lab_api, port = routed
     paths = lab_paths(LAB)

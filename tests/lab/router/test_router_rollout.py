@@ -1,4 +1,4 @@
-"""Rolling changes through the router (vllm-fleet rollout, roles/fleet_rollout) on the router's
+"""Rolling changes through the router (vllm-fleet rollout, roles/services/fleet_rollout) on the router's
 lab (conftest.py), after the router's own tests and the front door's, whose last rollout (a flag
 change through the vLLM router's pool) left --max-num-seqs 128 on both nodes. While a client sends
 requests through HAProxy's own policy without pause, a release whose engine does not start (the

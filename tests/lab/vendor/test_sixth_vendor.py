@@ -84,8 +84,11 @@ def tree(tmp_path_factory):
 
 
 def env(tree: Path) -> dict:
-    """The copy's code first on the path (the venv's vllm-fleet is this checkout's, installed editable)."""
-    return {**os.environ, "PYTHONPATH": str(tree), "ANSIBLE_CONFIG": str(tree / "ansible.cfg"),
+    """The copy's code first on the path, the product's and the lab's (lab/vllm_fleet_lab: the venv's
+    vllm-fleet and vllm-fleet-lab are this checkout's, installed editable; `vllm-fleet lab` is found by
+    the venv's entry point and imported from the path)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "lab")]),
+            "ANSIBLE_CONFIG": str(tree / "ansible.cfg"),
             "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "0"}
 
 
@@ -99,11 +102,12 @@ def out(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_the_copy_runs_its_own_code(tree):
-    probe = subprocess.run([sys.executable, "-c", "import vllm_fleet, sys; from vllm_fleet import vendors; "
-                            "print(vllm_fleet.__file__); print(','.join(vendors.VENDORS))"],
+    probe = subprocess.run([sys.executable, "-c", "import vllm_fleet, vllm_fleet_lab.cli; "
+                            "from vllm_fleet import vendors; print(vllm_fleet.__file__); "
+                            "print(vllm_fleet_lab.cli.__file__); print(','.join(vendors.VENDORS))"],
                            cwd=tree, env=env(tree), capture_output=True, text=True, check=True)
-    where, listed = probe.stdout.split()
-    assert Path(where).is_relative_to(tree)
+    where, lab_where, listed = probe.stdout.split()
+    assert Path(where).is_relative_to(tree) and Path(lab_where).is_relative_to(tree)
     assert listed.split(",")[-1] == "acme"
 
 

@@ -61,7 +61,7 @@ def _deploy_mode_supported(doc: dict, models: list[dict]) -> list[str]:
     modes = vendors.deploy_modes(vendor)
     if mode not in modes:
         return [f"fleet_deploy_mode = {mode!r}: {vendor} nodes have no {mode} deployment "
-                f"(deploy_modes of roles/{vendor}/vars/main.yml); accepted: {', '.join(modes)}"]
+                f"(deploy_modes of roles/vendors/{vendor}/vars/main.yml); accepted: {', '.join(modes)}"]
     return []
 
 
