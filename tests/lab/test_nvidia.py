@@ -65,7 +65,8 @@ def test_container_toolkit_is_held_and_its_cdi_spec_generated_once(lab):
     # with podman's CDI specification, which needs no daemon.
     book = ROOT / ".cache" / "itest" / "container-toolkit.yml"
     book.parent.mkdir(parents=True, exist_ok=True)
-    book.write_text("- hosts: nvidia-02\n  gather_facts: false\n  roles: [stages/fleet, vendors/nvidia_container_toolkit]\n")
+    book.write_text("- hosts: nvidia-02\n  gather_facts: false\n"
+                    "  roles: [stages/fleet, vendors/nvidia_container_toolkit]\n")
     first = run_playbook("-e", "fleet_container_runtime=podman", playbook=str(book), check=True)
     assert recap(first.stdout)["nvidia-02"]["changed"] > 0
     again = run_playbook("-e", "fleet_container_runtime=podman", playbook=str(book), check=True)
