@@ -12,21 +12,11 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from vllm_fleet import cluster, models, state
+    from vllm_fleet.plain import plain as _plain
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from vllm_fleet import cluster, models, state
-
-
-def _plain(value):
-    """Deep-copy Ansible's lazy/tagged containers into plain Python values."""
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    for plain in (bool, str, int, float):
-        if isinstance(value, plain):
-            return plain(value)
-    return value
+    from vllm_fleet.plain import plain as _plain
 
 
 def fleet_engine_models(node_models):

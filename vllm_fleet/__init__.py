@@ -9,7 +9,7 @@ its own layer or those below, never round in a circle. tests/unit/test_layers.py
 and enforces it, every import statement counted (inside functions and under TYPE_CHECKING too),
 and fails on a module the list does not name.
 
-0. pure helpers: ``project``, ``exit_codes``, ``render``, ``state``, ``release``, ``secrets``;
+0. pure helpers: ``project``, ``plain``, ``exit_codes``, ``render``, ``state``, ``release``, ``secrets``;
 1. project data: ``vendors`` (the vendor list and contracts), ``models``, ``cluster``, ``role_specs``;
 2. domain: ``validation`` (one module per class of value, ``vendor_rules/<vendor>``), ``router``,
    ``monitoring``, ``inventory`` (the one reader of an inventory's hosts and variables), ``mirror`` (the

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from vllm_fleet.plain import plain as _plain
 from vllm_fleet.role_specs import role_options, secret_declarations
 from vllm_fleet.secrets import SECRET_NAME, mask_text, secret_values
 
@@ -76,14 +77,6 @@ def inventory_secrets(hostvars: Any) -> list[str]:
                     continue
         found.update(secret_values(_plain(tree), secret_declarations()))
     return sorted(found, key=len, reverse=True)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def files(role_files: list[dict], plan_dir: str, host: str, secrets: list[str] | None = None) -> dict:
