@@ -17,12 +17,14 @@ try:
     from vllm_fleet import models
     from vllm_fleet.mirror import layout
     from vllm_fleet.plain import plain as _plain
+    from vllm_fleet.role_specs import role_default
 except ImportError:  # running ansible-playbook from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from vllm_fleet import distribution as dist
     from vllm_fleet import models
     from vllm_fleet.mirror import layout
     from vllm_fleet.plain import plain as _plain
+    from vllm_fleet.role_specs import role_default
 
 
 def _fetch(value) -> dist.NodeFetch:
@@ -74,15 +76,17 @@ def fleet_distribution_key(source):
 
 def fleet_distribution_fetch(source, host, play_hosts, batch, hostvars, mirror_url):
     """Where `host` fetches the hub model `source` from in this batch of the play: the mirror, and the
-    hosts of the earlier batches (in the play's order) that published the revision verified
-    (their fact _model_fetch_shared) and that no node of the run blamed for a wrong file (their
-    fact _model_fetch_blamed names the ones it blamed). {host, wave, sources, split, peers}."""
+    other hosts of the play (in its order) that share the revision verified (their fact
+    _model_fetch_shared: the nodes of the earlier batches that fetched it in this run, and any node
+    that held it from an earlier run, whatever its batch) and that no node of the run blamed for a
+    wrong file (their fact _model_fetch_blamed names the ones it blamed). {host, wave, sources,
+    split, peers}."""
     host, batch, play_hosts = str(host), [str(h) for h in _plain(batch)], [str(h) for h in _plain(play_hosts)]
     key = layout.model_path(_plain(source))
     mirror = f"{mirror_url}/{key}"
     first = min((play_hosts.index(h) for h in batch if h in play_hosts), default=len(play_hosts))
     blamed = {str(b) for h in play_hosts for b in (_plain(hostvars[h].get("_model_fetch_blamed")) or [])}
-    have = [h for h in play_hosts[:first] if key in (_plain(hostvars[h].get("_model_fetch_shared")) or [])
+    have = [h for h in play_hosts if h != host and key in (_plain(hostvars[h].get("_model_fetch_shared")) or [])
             and h not in blamed and hostvars[h].get("_model_fetch_share_base")]
     share = {h: f"{str(hostvars[h]['_model_fetch_share_base']).rstrip('/')}/{key}" for h in have}
     index = batch.index(host) if host in batch else 0
@@ -92,6 +96,11 @@ def fleet_distribution_fetch(source, host, play_hosts, batch, hostvars, mirror_u
         return _dict(dist.node_fetch(host, wave, index, have, mirror, share))
     except dist.DistributionError as exc:
         raise AnsibleFilterError(f"fleet_distribution_fetch: {exc}") from exc
+
+
+def fleet_distribution_share_of(host, key):
+    """{host, key}: the share of the revision `key` (models/<org>/<name>/<revision>) on `host`."""
+    return {"host": str(host), "key": str(key)}
 
 
 def fleet_distribution_model(model):
@@ -104,9 +113,11 @@ def fleet_distribution_model(model):
 def fleet_distribution_placement(hosts, hostvars):
     """Where each hub model revision is and what the waves would move, one line per revision, from
     each node's facts: its hub models (_model_fetch_hub_models, from roles/stages/fleet's one
-    resolution), their completion markers (_model_fetch_markers) and its shares (_model_fetch_shared)."""
-    node_models, held, sharing, keys = {}, {}, set(), {}
-    for host in _plain(hosts) or []:
+    resolution), their completion markers (_model_fetch_markers) and its shares (_model_fetch_shared);
+    the account is vllm_fleet.distribution's (placement, moves, describe), as `vllm-fleet status`'s."""
+    hosts = [str(h) for h in _plain(hosts) or []]
+    node_models, held, sharing = {}, {}, {}
+    for host in hosts:
         own = hostvars[host]
         hub = _plain(own.get("_model_fetch_hub_models")) or []
         node_models[host] = hub
@@ -115,21 +126,34 @@ def fleet_distribution_placement(hosts, hostvars):
         held[host] = {dist.revision_key(m) for m in hub if m.get("path") in done}
         shared = set(_plain(own.get("_model_fetch_shared")) or [])
         for model in hub:
-            keys[dist.revision_key(model)] = layout.model_path(model["source"])
             if layout.model_path(model["source"]) in shared:
-                sharing.add((host, dist.revision_key(model)))
-    lines = []
-    for row in dist.placement(node_models, held):
-        size = row["bytes"] // max(1, len(row["needing"]))
-        holders = [h for h in row["holders"] if (h, row["revision"]) in sharing]
-        share = {h: f"http://{h}/{keys[row['revision']]}" for h in row["holders"] + row["needing"]}
-        moved = dist.wave_bytes(dist.plan(row["needing"], holders, "mirror", share), size) if row["needing"] else \
-            {"mirror": 0, "peers": 0}
-        lines.append(f"{row['revision']}: held by {', '.join(row['holders']) or 'no node'}; "
-                     f"{'to fetch on ' + ', '.join(row['needing']) if row['needing'] else 'nothing to fetch'}: "
-                     f"{row['bytes'] / 1e9:.1f} GB (about {moved['mirror'] / 1e9:.1f} GB from the mirror, "
-                     f"{moved['peers'] / 1e9:.1f} GB from peers)")
-    return lines
+                sharing.setdefault(dist.revision_key(model), []).append(host)
+    return [dist.describe(row, dist.moves(row, hosts, waves=set(hosts), sharing=sharing.get(row["revision"], [])))
+            for row in dist.placement(node_models, held)]
+
+
+def fleet_distribution_waves(hosts, hostvars, mirror_url, fleet_hosts=None):
+    """`vllm-fleet plan`'s model-distribution.yml (vllm_fleet.distribution.waves_document): the waves of
+    every hub revision the nodes of `hosts` (the play's, in order) with model_fetch_distribution `waves`
+    fetch, from the mirror at `mirror_url` and from each other's shares, assuming no node holds any
+    yet. Each node's models are vllm_fleet.models' one resolution of its variables; its share is at its
+    fleet address and model_fetch_share_port. The batches are `serial` over `fleet_hosts` (the group
+    fleet), as in playbooks/distribute.yml."""
+    hosts = [str(h) for h in _plain(hosts) or []]
+    items, bases = {}, {}
+    try:
+        for host in hosts:
+            own = hostvars[host]
+            if str(own.get("model_fetch_distribution", role_default("model_fetch_distribution"))) != "waves":
+                continue
+            inputs = {name: _plain(own.get(name)) for name in models.NODE_INPUTS}
+            items[host] = dist.fetch_items(models.node_models(inputs, host)[0])
+            port = _plain(own.get("model_fetch_share_port", role_default("model_fetch_share_port")))
+            bases[host] = dist.share_url(fleet_distribution_addresses([host], hostvars)[0], int(port), "")
+        batches = dist.serial(len(list(_plain(fleet_hosts) or hosts)))
+        return dist.waves_document(hosts, items, str(mirror_url or ""), bases, batches=batches)
+    except (dist.DistributionError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"fleet_distribution_waves: {exc}") from exc
 
 
 def fleet_aria2_input(files, fetch, dest):
@@ -185,7 +209,9 @@ class FilterModule:
             "fleet_distribution_key": fleet_distribution_key,
             "fleet_distribution_fetch": fleet_distribution_fetch,
             "fleet_distribution_model": fleet_distribution_model,
+            "fleet_distribution_share_of": fleet_distribution_share_of,
             "fleet_distribution_placement": fleet_distribution_placement,
+            "fleet_distribution_waves": fleet_distribution_waves,
             "fleet_aria2_input": fleet_aria2_input,
             "fleet_aria2_probe": fleet_aria2_probe,
             "fleet_distribution_blame": fleet_distribution_blame,

@@ -483,6 +483,14 @@ def fleet_node_source(url, name, value):
     return layout.node_source(str(url or ""), str(name), _plain(value))
 
 
+def fleet_mirror_apt_source(url, enabled=True):
+    """The deb822 source of the mirror's apt repository at `url` and its key's URL; {} without a mirror,
+    or when the hosts keep their own apt sources (`enabled` false: fleet_mirror_apt)."""
+    from vllm_fleet.mirror import layout  # noqa: PLC0415
+
+    return layout.apt_source(str(url or "")) if enabled else {}
+
+
 def fleet_mirror_sources(entry, url, kind):
     """The URLs a node fetches a matrix entry from: its place in the mirror, else its own sources."""
     from vllm_fleet.mirror import layout  # noqa: PLC0415
@@ -511,12 +519,12 @@ def fleet_mirror_sums(text):
 
 
 def fleet_mirror_problems(hostvars, groups, manifest, url, inventory="", hosts_of_run=None):
-    """What the run's hosts (fleet nodes and routers) would fetch that the mirror's manifest does not
-    hold, and a source of theirs that passes the mirror by, as refusals."""
+    """What the run's hosts (fleet nodes, routers, monitoring hosts) would fetch that the mirror's manifest
+    does not hold, and a source of theirs that passes the mirror by, as refusals."""
     from vllm_fleet.mirror import check  # noqa: PLC0415
 
     hosts = {}
-    members = set(_plain(groups).get("fleet", [])) | set(_plain(groups).get("router", []))
+    members = {h for g in ("fleet", "router", "monitoring") for h in _plain(groups).get(g, [])}
     for host in sorted(members & set(_plain(hosts_of_run)) if hosts_of_run is not None else members):
         own = hostvars[host]
         hosts[host] = {key: _plain(own[key]) for key in check.KEYS if key in own}
@@ -560,6 +568,7 @@ class FilterModule:
             "fleet_mirror_url": fleet_mirror_url,
             "fleet_node_source": fleet_node_source,
             "fleet_mirror_sources": fleet_mirror_sources,
+            "fleet_mirror_apt_source": fleet_mirror_apt_source,
             "fleet_mirror_model_url": fleet_mirror_model_url,
             "fleet_mirror_problems": fleet_mirror_problems,
             "fleet_mirror_sums": fleet_mirror_sums,

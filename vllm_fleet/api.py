@@ -746,6 +746,9 @@ class PlanResult:
     out_dir: str
     files: dict[str, list[str]]
     commands: dict[str, dict[str, str]]
+    #: The plan's files of the whole fleet, beside the hosts' directories (model-distribution.yml: the
+    #: waves of each hub model revision, where nodes fetch in waves).
+    fleet_files: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -757,6 +760,7 @@ class PlanResult:
             lines.append(f"{host}: {len(self.files[host])} file(s)")
             for unit, command in sorted(self.commands.get(host, {}).items()):
                 lines.append(f"  {unit}: {command}")
+        lines += [f"the fleet: {name}" for name in self.fleet_files]
         lines += [str(self.run)] if not self.run.ok else self.run.warning_lines()
         return "\n".join(lines)
 
@@ -775,7 +779,8 @@ def plan(inventory, out_dir, limit=None, extravars=None, secrets=None, **kwargs)
         files[host_dir.name] = sorted(str(p.relative_to(host_dir)) for p in host_dir.rglob("*") if p.is_file())
         for cmd in sorted((host_dir / "commands").glob("*.sh")):
             commands.setdefault(host_dir.name, {})[cmd.stem] = cmd.read_text().strip().splitlines()[-1]
-    return PlanResult(run=run, out_dir=str(out), files=files, commands=commands)
+    fleet_files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != _plan.MARKER and run.ok)
+    return PlanResult(run=run, out_dir=str(out), files=files, commands=commands, fleet_files=fleet_files)
 
 
 # ------------------------------------------------------------------ status (vllm_fleet/live_status.py)
@@ -809,17 +814,19 @@ class MirrorResult:
         return EXIT_OK if self.summary is not None and self.summary.ok else EXIT_FAILED
 
 
-def mirror_sync(inventory, out_dir, limit=None, extravars=None, check=False, log=print, **kwargs) -> MirrorResult:
+def mirror_sync(inventory, out_dir, limit=None, extravars=None, check=False, log=print, apt_key="",
+                **kwargs) -> MirrorResult:
     """Fill the mirror directory `out_dir` with everything the inventory's hosts (or `limit`) would fetch
     (vllm_fleet.mirror): the inventory is validated first, as a run would be (playbooks/validate.yml);
-    `check` lists what would be fetched and its size, fetching nothing."""
+    `check` lists what would be fetched and its size, fetching nothing; `apt_key` names the GnuPG key
+    (of GNUPGHOME) that signs its apt repository, else the mirror's own (created once in keys/)."""
     run = run_playbook("playbooks/validate.yml", inventory, limit=limit, extravars=extravars, **kwargs)
     if not run.ok:
         return MirrorResult(run)
     hosts = _inventory.host_vars(inventory, limit=limit, pattern="all", keys=_mirror_bom.KEYS,
                                  extra=extravars)
     return MirrorResult(run, _mirror_sync.sync(_mirror_bom.bill_of_materials(hosts), Path(out_dir), check=check,
-                                               log=log))
+                                               apt_key=apt_key, log=log))
 
 
 def mirror_verify(path, log=print) -> list[str]:

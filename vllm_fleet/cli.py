@@ -237,7 +237,7 @@ def cmd_plan(args) -> int:
             progress.close()
     if args.json:
         print(json.dumps({"out_dir": result.out_dir, "files": result.files, "commands": result.commands,
-                          "run": result.run.to_dict()}, indent=2))
+                          "fleet_files": result.fleet_files, "run": result.run.to_dict()}, indent=2))
     else:
         print(result)
     return result.run.exit_code
@@ -278,7 +278,8 @@ def cmd_mirror(args) -> int:
 
     if args.mirror_command == "sync":
         result = api.mirror_sync(_inventory(args.inventory), args.out, limit=args.limit,
-                                 extravars=parse_extravars(args.extra_vars), check=args.check, log=log)
+                                 extravars=parse_extravars(args.extra_vars), check=args.check, log=log,
+                                 apt_key=args.apt_key)
         for line in [str(result.run)] if not result.run.ok else result.run.warning_lines():
             print(line)
         return result.exit_code
@@ -474,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, help="directory to write the plan into")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("status", help="every model on every node: unit, health, load, KV cache, tokens/s, devices")
+    p = sub.add_parser("status", help="every model on every node: unit, health, load, KV cache, tokens/s, devices; "
+                                      "which nodes hold each model revision")
     p.add_argument("-i", "--inventory", help=INVENTORY_HELP)
     p.add_argument("-l", "--limit", help="hosts or groups, as ansible-playbook --limit")
     p.add_argument("--secrets", help="YAML file of secret variables (API keys); sent to the engines, never printed")
@@ -484,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", type=_seconds(0.2, 86400), nargs="?", const=2.0, metavar="SECONDS",
                    help="refresh in place every SECONDS, 0.2 to 86400 (default 2), until Ctrl-C")
     p.add_argument("--no-ssh", action="store_true",
-                   help="read only the models' HTTP endpoints (no unit state, no devices)")
+                   help="read only the models' HTTP endpoints (no unit state, no devices, no weights)")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("bench", help="seed 000's multi-turn chat test (characters/s) on every chat model; "
                                      "--evalscope: seed 001's evalscope checks")
@@ -529,6 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra variables: KEY=VALUE, a JSON mapping or @FILE (repeatable)")
     p.add_argument("-o", "--out", required=True, help="the mirror directory")
     p.add_argument("--check", action="store_true", help="list what would be fetched and its size; fetch nothing")
+    p.add_argument("--apt-key", default="", metavar="KEYID",
+                   help="the GnuPG key (in GNUPGHOME) that signs the mirror's apt repository; default: the mirror's "
+                        "own, created once in DIR/keys/")
     p.set_defaults(func=cmd_mirror)
     p = mirror_sub.add_parser("verify", help="check a mirror directory (or a pack) against its manifest")
     p.add_argument("path", help="a mirror directory, or a directory of `mirror pack` volumes")

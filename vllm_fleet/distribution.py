@@ -1,8 +1,10 @@
 """A model revision to many nodes in waves, from the mirror and from the nodes that already hold it.
 
 Pure code (no I/O): the wave plan, the input file of Debian's aria2c for one node, the blame of a
-peer that served a wrong file, and the bytes a run moves (issue 37). roles/blocks/model_fetch reads
-them through filter_plugins/distribution.py (playbooks/distribute.yml), and
+peer that served a wrong file, and where each revision is and the bytes a run moves (issue 37).
+roles/blocks/model_fetch reads them through filter_plugins/distribution.py (playbooks/distribute.yml),
+`vllm-fleet plan` writes the waves of a first run (``waves_document``, through the same filters),
+`vllm-fleet status` shows where each revision is (``placement``, ``moves``, ``describe``), and
 scripts/bench-distribution drives aria2c with exactly these.
 
 Why aria2c and not a transfer of our own: it fetches one file from several HTTP sources at once
@@ -42,8 +44,16 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
+import yaml
+
+from vllm_fleet.mirror import layout
+from vllm_fleet.mirror.fetch import human
+
 # Peers one node opens at once (aria2c's split of a file); more add connections, not bandwidth.
 FAN_IN = 8
+#: The sources whose models go in waves: a hub's, whose snapshot the fleet's mirror holds with its
+#: sha256 list (roles/blocks/model_fetch: _model_fetch_hubs). Git, url and path sources never do.
+HUB_SOURCES = ("huggingface", "modelscope")
 
 
 def share_url(address: str, port: int, model_path: str) -> str:
@@ -234,30 +244,164 @@ def revision_key(model: dict) -> str:
     source = model.get("source") or {}
     if source.get("repo"):
         return f"{source['repo']}@{source.get('revision') or 'default'}"
-    return str(source.get("url") or model.get("path") or model.get("name"))
+    if source.get("url"):
+        return f"{source['url']}@{source['revision']}" if source.get("revision") else str(source["url"])
+    return str(model.get("path") or model.get("name"))
+
+
+def fetch_items(models: list[dict]) -> list[dict]:
+    """What a node fetches of its resolved models (vllm_fleet.models' one resolution), as
+    roles/blocks/model_fetch fetches and marks them complete (its _model_fetch_items): each enabled
+    model and each of its LoRA adapters, as {name, path, source, size_gb}. Those of a `path` source
+    are left out: they are checked in place, never fetched, never marked."""
+    items = []
+    for model in models:
+        if not model.get("enabled", True):
+            continue
+        for item in [model, *(model.get("lora_adapters") or [])]:
+            source = item.get("source") or {"type": "path"}
+            if source.get("type", "path") == "path":
+                continue
+            items.append({"name": item.get("name"), "path": item.get("path"), "source": source,
+                          "size_gb": item.get("size_gb")})
+    return items
 
 
 def placement(node_models: dict[str, list[dict]], held: dict[str, set[str]],
               sizes: dict[str, int] | None = None) -> list[dict]:
     """Where each revision is and what a run would move, for plan and status: one row per revision
-    {revision, holders, needing, bytes}, from each node's models (`node_models`, vllm_fleet.models'
-    resolution: read, never resolved again here) and the revisions each node holds verified
-    (`held`: {host: {revision keys}}). `sizes`: bytes of a revision, else its size_gb."""
+    {revision, source, holders, needing, size, bytes}, from what each node fetches (`node_models`:
+    fetch_items of vllm_fleet.models' resolution, read, never resolved again here) and the revisions
+    each node holds verified (`held`: {host: {revision keys}}). `size` is one copy's bytes: `sizes`'
+    (measured on a holder), else the inventory's size_gb, else None (unknown, and `bytes` with it)."""
     rows: dict[str, dict] = {}
     for host in sorted(node_models):
         for model in node_models[host]:
             if not model.get("enabled", True):
                 continue
             key = revision_key(model)
-            row = rows.setdefault(key, {"revision": key, "holders": [], "needing": [],
-                                        "size": (sizes or {}).get(key) or int(float(model.get("size_gb") or 0) * 1e9)})
+            declared = int(float(model["size_gb"]) * 1e9) if model.get("size_gb") else None
+            row = rows.setdefault(key, {"revision": key, "source": dict(model.get("source") or {}),
+                                        "holders": [], "needing": [], "size": (sizes or {}).get(key) or declared})
+            row["size"] = row["size"] or declared
             target = row["holders"] if key in held.get(host, set()) else row["needing"]
             if host not in target:
                 target.append(host)
     out = []
     for key in sorted(rows):
         row = rows[key]
-        size = row.pop("size")
-        row["bytes"] = size * len(row["needing"])
+        row["bytes"] = None if row["size"] is None else row["size"] * len(row["needing"])
         out.append(row)
     return out
+
+
+def run_waves(hosts: list[str], needing: list[str], holders: list[str], mirror: str, share: dict[str, str], *,
+              batches: list[int] | None = None, fan_in: int = FAN_IN) -> list[list[NodeFetch]]:
+    """The waves of one revision as playbooks/distribute.yml runs them: the play's `hosts`, in order, in
+    Ansible's `serial` batches (`batches`, the last entry repeated; default serial(len(hosts))); in each,
+    every node of `needing` fetches it (node_fetch, its index that of the batch) from the mirror and from
+    the nodes that hold it, in the play's order: `holders` (verified and shared before the run, whatever
+    their batch) and the nodes of `needing` of the earlier batches (verified and shared by then). A
+    batch that fetches nothing is no wave; each NodeFetch keeps its batch's number."""
+    both = set(needing) & set(holders)
+    if both:
+        raise DistributionError(f"run_waves: {', '.join(sorted(both))} both need and hold the revision")
+    sizes = list(batches or serial(len(hosts)))
+    if any(int(size) < 1 for size in sizes):
+        raise DistributionError(f"run_waves: a batch of fewer than one node in {sizes}")
+    wanted, done = set(needing), set(holders)
+    waves: list[list[NodeFetch]] = []
+    start = number = 0
+    while start < len(hosts):
+        size = int(sizes[min(number, len(sizes) - 1)])
+        batch = hosts[start:start + size]
+        number += 1
+        have = [host for host in hosts if host in done]
+        fetches = [node_fetch(host, number, index, have, mirror, share, fan_in=fan_in)
+                   for index, host in enumerate(batch) if host in wanted]
+        if fetches:
+            waves.append(fetches)
+        done |= wanted & set(batch)
+        start += size
+    return waves
+
+
+def moves(row: dict, hosts: list[str], *, waves: set[str] | frozenset[str] = frozenset(), sharing: list[str] = (),
+          batches: list[int] | None = None) -> dict:
+    """The bytes the next run moves for a placement row: {'total', 'mirror', 'peers'} (None each where
+    the row's size is unknown). 'mirror' is the fleet's mirror or the model's own source. The row's
+    needing nodes in `waves` (model_fetch_distribution `waves`, a hub source, a fleet with a mirror)
+    fetch it in waves (run_waves over the play's `hosts`) from the mirror and from `sharing`, the
+    holders that share it verified, and from each other; the others fetch it alone."""
+    size = row.get("size")
+    if size is None:
+        return {"total": None, "mirror": None, "peers": None}
+    in_waves = [h for h in row["needing"] if h in waves]
+    alone = len(row["needing"]) - len(in_waves)
+    mirror, peers = size * alone, 0
+    if in_waves:
+        sources = [h for h in hosts if h in set(sharing) and h not in in_waves]
+        order = [h for h in hosts if h in set(in_waves) | set(sources)]
+        # URLs stand for the nodes: only the shares of the bytes count here.
+        share = {h: f"peer:{h}" for h in order}
+        moved = wave_bytes(run_waves(order, in_waves, sources, "mirror", share, batches=batches), size)
+        mirror, peers = mirror + moved["mirror"], moved["peers"]
+    return {"total": size * len(row["needing"]), "mirror": mirror, "peers": peers}
+
+
+def describe(row: dict, moved: dict, origin: str = "the mirror") -> str:
+    """One revision's line, as the distribution run and `vllm-fleet status` print it (`moved`: moves'
+    answer; `origin`: what 'mirror' is there, the fleet's mirror or the model's own source)."""
+    fetch = "to fetch on " + ", ".join(row["needing"]) if row["needing"] else "nothing to fetch"
+    if moved["total"] is None:
+        amount = "size unknown (no node holds it and the inventory gives no size_gb)"
+    else:
+        amount = (f"{human(moved['total'])} (about {human(moved['mirror'])} from {origin}, "
+                  f"{human(moved['peers'])} from peers)")
+    return f"{row['revision']}: held by {', '.join(row['holders']) or 'no node'}; {fetch}: {amount}"
+
+
+#: What `vllm-fleet plan` says of its waves: it contacts no node, so it cannot know what they hold.
+WAVES_ASSUMPTION = ("no node holds any of these revisions yet (a plan contacts no node): the waves and bytes of a "
+                    "first run; a node that holds a revision verified is a source from the start and fetches "
+                    "nothing (`vllm-fleet status` shows where each revision is and what the next run would move)")
+
+
+def waves_document(hosts: list[str], items: dict[str, list[dict]], mirror: str, share_bases: dict[str, str], *,
+                   batches: list[int] | None = None) -> str:
+    """The waves of `vllm-fleet plan` (DIR/model-distribution.yml), as YAML in a stable order, so that two
+    plans compare with diff -r: for each hub revision that the nodes in waves fetch (`items`: {host:
+    fetch_items of its models}, those nodes only), its batches as playbooks/distribute.yml runs them over
+    the play's `hosts`, each node's sources in aria2c's order (the peers' shares at `share_bases`:
+    share_url(address, port, ""); the mirror at `mirror`, "" without one: no waves then) and the bytes
+    from the mirror and from the peers, under WAVES_ASSUMPTION."""
+    node_items = {h: [i for i in items.get(h) or [] if (i.get("source") or {}).get("type") in HUB_SOURCES]
+                  for h in hosts}
+    revisions = []
+    for row in placement({h: v for h, v in node_items.items() if v}, {}):
+        path = layout.model_path(row["source"])
+        needing = [h for h in hosts if h in row["needing"]]
+        entry = {"revision": row["revision"], "mirror_path": path, "size_bytes": row["size"],
+                 "nodes": len(needing)}
+        if not mirror:
+            revisions.append(entry)
+            continue
+        share = {h: _join(share_bases[h], path) for h in hosts if h in share_bases}
+        waves = run_waves(hosts, needing, [], f"{mirror.rstrip('/')}/{path}", share, batches=batches)
+        moved = wave_bytes(waves, row["size"] or 0)
+        entry["bytes"] = {k: None if row["size"] is None else moved[k] for k in ("total", "mirror", "peers")}
+        entry["waves"] = [{"wave": wave[0].wave, "nodes": [
+            {"host": f.host, "sources": list(f.sources), "at_once": f.split, "peers": list(f.peers)} for f in wave]}
+            for wave in waves]
+        revisions.append(entry)
+    head = "".join(f"# {line}\n" for line in (
+        "The model revisions the nodes fetch in waves (model_fetch_distribution: waves), as",
+        "playbooks/distribute.yml would run them: vllm_fleet/distribution.py, written by `vllm-fleet plan`.",
+        "Per revision: its batches in order, each node's sources in aria2c's order (the first `at_once`",
+        "fetched from together, the rest spares), and the bytes from the mirror and from peers."))
+    body = {"assumption": WAVES_ASSUMPTION, "mirror": mirror or None,
+            "note": None if mirror else "no host in the group mirror: waves need the fleet's mirror, so every node "
+                                        "fetches alone, as with model_fetch_distribution mirror",
+            "revisions": revisions}
+    return head + yaml.safe_dump({k: v for k, v in body.items() if v is not None}, sort_keys=False, width=120)
+

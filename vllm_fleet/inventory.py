@@ -81,12 +81,14 @@ def hosts(inventory: str | os.PathLike, limit: str | None = None, pattern: str =
 
 def host_vars(inventory: str | os.PathLike, limit: str | None = None, pattern: str = "fleet",
               keys: tuple[str, ...] = HOST_KEYS, extra: dict | None = None,
-              optional: frozenset[str] | tuple[str, ...] = ()) -> dict[str, dict]:
+              optional: frozenset[str] | tuple[str, ...] = (), defaults: dict | None = None) -> dict[str, dict]:
     """The `keys` of each host of `pattern` (within `limit`), rendered as a play would see them;
     `extra` (extra vars, secrets) wins over the inventory, as -e does. InventoryError when a value
     cannot be rendered (an undefined variable, a vault without its password) or no host matches.
     `optional` names more variables, rendered where they can be and left out where they cannot
-    (validation refuses those on a run, naming them)."""
+    (validation refuses those on a run, naming them). `defaults` (roles' defaults, from
+    vllm_fleet.role_specs.role_default) stand under the inventory's values, as in a play, and are
+    rendered the same way (model_fetch_share_dir's default names fleet_base_dir)."""
     from ansible.errors import AnsibleError  # noqa: PLC0415 - Ansible loads slowly
     from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
     from ansible.template import Templar  # noqa: PLC0415
@@ -106,7 +108,7 @@ def host_vars(inventory: str | os.PathLike, limit: str | None = None, pattern: s
         raise InventoryError(f"inventory {inventory}: Ansible cannot read it: {' '.join(str(exc).split())}") from None
     out = {}
     for host in selected:
-        raw = {**variables.get_vars(host=host, include_hostvars=False), **(extra or {})}
+        raw = {**(defaults or {}), **variables.get_vars(host=host, include_hostvars=False), **(extra or {})}
         templar = Templar(loader=loader, variables=raw)
         try:
             out[host.name] = {k: templar.template(raw[k]) for k in keys if k in raw}

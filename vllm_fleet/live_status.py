@@ -14,7 +14,12 @@ Where each figure comes from, all read side by side (threads), no Ansible run:
 - **unit state, since when, restarts, device health**: over SSH, one session per node
   with the inventory's connection variables, running `systemctl show` for the node's
   units and the vendor's SMI tool, whose listing is parsed on the controller by the
-  parsers of the facts module (`module_utils/vllm_fleet_accel.py`).
+  parsers of the facts module (`module_utils/vllm_fleet_accel.py`);
+- **weights**: in the same session, which of the node's models and LoRA adapters hold
+  roles/blocks/model_fetch's completion marker (the model was fetched whole and verified; the
+  converge fetches it again only without one), their size on disk, and, on a node in waves,
+  which revisions its share serves; vllm_fleet.distribution makes of it, per revision, the
+  nodes holding it and the bytes the next run would move (``weights``).
 
 Hosts, their connection variables and their models come from the inventory through
 ansible-core's own inventory and variable managers; ports, served names and units from
@@ -37,12 +42,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from vllm_fleet import distribution, router, validation, vendors
 from vllm_fleet import inventory as inventory_reader
-from vllm_fleet import router, validation, vendors
 from vllm_fleet.exit_codes import EXIT_DOWN, EXIT_OK, EXIT_UNREACHABLE
 from vllm_fleet.inventory import HOST_KEYS
-from vllm_fleet.models import host_engine_api_key, unit_name
-from vllm_fleet.role_specs import secret_declarations
+from vllm_fleet.mirror import layout
+from vllm_fleet.models import host_engine_api_key, node_models, unit_name
+from vllm_fleet.role_specs import role_constant, role_default, secret_declarations
 from vllm_fleet.secrets import MIN_MASKED_LENGTH, scrub
 from vllm_fleet.secrets import secret_values as all_secret_values
 from vllm_fleet.state import leftover_units
@@ -65,6 +71,9 @@ _MARK = "=== vllm-fleet-status "
 MANAGED = "# Managed by vllm-fleet"
 #: Where those units are: the glob of models.unit_name's names (vllm-<model>, ray-<model>).
 MANAGED_UNITS = tuple(f"/etc/systemd/system/{unit_name('*', program)}.service" for program in ("vllm", "ray"))
+#: The variables of roles/blocks/model_fetch status reads besides HOST_KEYS (where a node keeps its share,
+#: whether it fetches in waves), with their defaults under the inventory's (fleet_base_dir: the share's).
+WEIGHT_KEYS = ("model_fetch_distribution", "model_fetch_share_dir", "fleet_base_dir")
 
 
 # ------------------------------------------------------------------ results
@@ -131,6 +140,14 @@ class NodeStatus:
     #: Per unit, the HTTP reads the node made for models only it reaches (NODE_READER).
     http: dict[str, dict] = field(default_factory=dict)
     http_error: str = ""
+    #: The model and adapter directories holding model_fetch's completion marker -> {bytes: their size
+    #: on disk (None unread), source: the source the marker records (None where it records none)}.
+    held: dict[str, dict] = field(default_factory=dict)
+    #: The revisions its share serves to its peers (models/<org>/<name>/<revision>; nodes in waves).
+    shared: list[str] = field(default_factory=list)
+    #: Directories whose marker records another revision than the inventory's -> that revision: the
+    #: converge counts them complete and fetches nothing there.
+    stale: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,6 +163,8 @@ class StatusResult:
     inventory_s: float = 0.0
     #: What validation warns about for these nodes (vllm_fleet.validation.run_warnings), as a run prints it.
     warnings: list[str] = field(default_factory=list)
+    #: Per model revision the nodes fetch: where it is and what the next run would move (``weights``).
+    weights: list[dict] = field(default_factory=list)
 
     @property
     def down(self) -> list[ModelStatus]:
@@ -176,10 +195,10 @@ class StatusResult:
                 "ok": self.ok, "rows": [r.to_dict() for r in self.rows],
                 "nodes": {n: {"reachable": s.reachable, "error": s.error, "vendor": s.vendor,
                               "device_health": s.device_health, "devices": s.devices, "smi_error": s.smi_error,
-                              "orphaned": s.orphaned}
+                              "orphaned": s.orphaned, "held": s.held, "shared": s.shared, "stale": s.stale}
                           for n, s in sorted(self.nodes.items())},
                 "down": [f"{r.node}/{r.model}" for r in self.down], "unreachable_nodes": self.unreachable_nodes,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "weights": self.weights}
 
     def __str__(self) -> str:
         return "\n".join(table(self))
@@ -239,6 +258,15 @@ def table(result: StatusResult) -> list[str]:
     for model in unserved(result.rows):
         out.append(f"{model}: NO HEALTHY REPLICA LEFT: every node serving it is down or quarantined, "
                    "so its routers answer 503")
+    if result.weights:
+        out.append("weights (completion markers on the nodes; the next run's bytes):")
+        for row in result.weights:
+            unread = f"; not read on {', '.join(row['unread'])}" if row["unread"] else ""
+            out.append(f"  {row['line']}{unread}")
+    for node, s in sorted(result.nodes.items()):
+        out += [f"{node}: {path} holds {held} (its completion marker), not the inventory's revision; no run fetches "
+                "it again while the marker is there (move the directory away to fetch the inventory's)"
+                for path, held in s.stale.items()]
     out += [f"warning: {w}" for w in result.warnings]
     verdict = "all up" if result.ok else (f"{len(result.down)} down" if result.down else "not everything could be read")
     # With --no-ssh no node is read over SSH (result.nodes is empty): the rows name their nodes.
@@ -346,9 +374,10 @@ print(json.dumps(out))
 
 
 def node_script(units: list[str], vendor: str | None, checks: list[dict] | None = None, window: float = 1.0,
-                timeout: float = 5.0) -> str:
+                timeout: float = 5.0, weights: dict | None = None) -> str:
     """The script a node runs (from stdin): its clocks, `systemctl show` of its units, the vendor
-    SMI listing, and the HTTP reads of `checks` ({unit, url, key}) that only the node reaches."""
+    SMI listing, the HTTP reads of `checks` ({unit, url, key}) that only the node reaches, and its
+    `weights` ({paths, share_dir, shares}: weights_script)."""
     lines = []
     if checks:
         # Started first, in the background: its window passes while systemctl and the SMI tool run.
@@ -370,6 +399,7 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
         lines += [f"echo '{_MARK}units'",
                   "systemctl show --property=" + ",".join(UNIT_PROPERTIES) + " -- "
                   + " ".join(shlex.quote(u) for u in units)]
+    lines += weights_script(**(weights or {}))
     accel = _accel()
     spec = accel.VENDORS.get(vendor or "")
     if spec and spec.get("parser"):
@@ -386,6 +416,28 @@ def node_script(units: list[str], vendor: str | None, checks: list[dict] | None 
     if checks:
         lines += ["wait", f"echo '{_MARK}http'", "cat \"$http\"", "rm -f \"$http\""]
     return "\n".join(lines) + "\n"
+
+
+def weights_script(paths: list[str] = (), share_dir: str = "", shares: list[str] = ()) -> list[str]:
+    """The node script's lines that read its weights: each of `paths` (its model and adapter
+    directories) holding model_fetch's completion marker, printed as <path> TAB <bytes of its files>
+    TAB <the marker's text on one line> (the source it records); then each of `shares` (mirror paths of
+    revisions) whose link in `share_dir` reaches a complete model, as tasks/shared.yml counts them."""
+    marker = role_constant("fleet", "_fleet_model_complete_marker")
+    lines = []
+    if paths:
+        lines += [f"echo '{_MARK}weights'",
+                  f"for p in {' '.join(shlex.quote(str(p)) for p in paths)}; do "
+                  f"[ -f \"$p/{marker}\" ] || continue; "
+                  f"s=$(find -H \"$p\" -type f ! -name {marker} -printf '%s\\n' 2>/dev/null "
+                  "| awk '{s+=$1} END {print s+0}'); "
+                  "printf '%s\\t%s\\t' \"$p\" \"$s\"; "
+                  f"head -c 4096 -- \"$p/{marker}\" | tr -d '\\n\\t'; echo; done"]
+    if shares and share_dir:
+        lines += [f"echo '{_MARK}shares'",
+                  f"for k in {' '.join(shlex.quote(str(k)) for k in shares)}; do "
+                  f"[ -f {shlex.quote(str(share_dir))}/\"$k\"/{marker} ] && echo \"$k\"; done"]
+    return lines
 
 
 def parse_node_output(node: str, vendor: str | None, text: str) -> NodeStatus:
@@ -423,6 +475,16 @@ def parse_node_output(node: str, vendor: str | None, text: str) -> NodeStatus:
     for unit, props in parse_units("\n".join(sections.get("units", []))).items():
         props["_since"] = unit_since(props, mono_us, now)
         status.units[unit] = props
+    for line in sections.get("weights", []):
+        path, _, rest = line.partition("\t")
+        size, _, marker = rest.partition("\t")
+        try:
+            source = json.loads(marker) if marker.strip() else None
+        except ValueError:
+            source = None
+        status.held[path] = {"bytes": int(size) if size.strip().isdigit() else None,
+                             "source": source if isinstance(source, dict) else None}
+    status.shared = sorted(line.strip() for line in sections.get("shares", []) if line.strip())
     if vendor in _accel().VENDORS and not _accel().listing_parser(vendor):
         status.device_health = "n/a"  # a node without a device tool (cpu)
     elif "smi" in sections:
@@ -451,8 +513,9 @@ def inventory_hosts(inventory: str | os.PathLike, limit: str | None = None,
     connection and models; nothing else is templated), resolved as a play would see them
     (vllm_fleet.inventory); `secrets` win over the inventory. The variables validation reads come
     along where they render (inventory_warnings judges them)."""
-    return inventory_reader.host_vars(inventory, limit, keys=HOST_KEYS, extra=secrets,
-                                      optional=validation.validated_variables())
+    return inventory_reader.host_vars(inventory, limit, keys=HOST_KEYS + WEIGHT_KEYS, extra=secrets,
+                                      optional=validation.validated_variables(),
+                                      defaults={name: role_default(name) for name in WEIGHT_KEYS})
 
 
 def inventory_warnings(inventory: str | os.PathLike, hosts: dict[str, dict]) -> list[str]:
@@ -505,9 +568,9 @@ def _get(url: str, key: str, timeout: float) -> tuple[int | None, str, str]:
 
 
 def read_node(host: str, host_vars: dict, units: list[str], timeout: float, checks: list[dict] | None = None,
-              window: float = 1.0) -> NodeStatus:
+              window: float = 1.0, weights: dict | None = None) -> NodeStatus:
     vendor = (host_vars.get("fleet_accelerator") or {}).get("vendor")
-    script = node_script(units, vendor, checks, window, timeout)
+    script = node_script(units, vendor, checks, window, timeout, weights)
     argv = ["sh", "-s"] if host_vars.get("ansible_connection") == "local" else ssh_argv(host, host_vars, timeout)
     limit = timeout + 5 + (window + 3 * timeout if checks else 0)
     try:
@@ -551,12 +614,14 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
                            key=len, reverse=True)
     nodes: dict[str, NodeStatus] = {}
     lock = threading.Lock()
+    items = {host: distribution.fetch_items(node_models(host_vars, host)[0]) for host, host_vars in hosts.items()}
 
     def node_job(host):
         mine = [r for r in rows if r.node == host]
         checks = [{"unit": r.unit, "url": r.url, "key": keys[id(r)]} for r in mine if r.via == "ssh"]
         # Every node is read, one without models too: its units may be orphans.
-        result = read_node(host, hosts[host], [f"{r.unit}.service" for r in mine], timeout, checks, window)
+        result = read_node(host, hosts[host], [f"{r.unit}.service" for r in mine], timeout, checks, window,
+                           weights_to_read(hosts[host], items[host]))
         with lock:
             nodes[host] = result
 
@@ -601,7 +666,7 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
                 row.quarantined = quarantine_reason(row, nodes[row.node])
     result = StatusResult(inventory=str(inventory), limit=limit, rows=rows, nodes=nodes, window=window,
                           duration=time.monotonic() - started, read_at=time.time(), inventory_s=loaded - started,
-                          warnings=warnings)
+                          warnings=warnings, weights=weights(hosts, items, nodes))
     # Defence in depth: no message may carry a key (an engine or a node could echo one back).
     for row in rows:
         row.problems = [scrub(p, secret_values) for p in row.problems]
@@ -611,6 +676,58 @@ def status(inventory: str | os.PathLike, limit: str | None = None, *, window: fl
         node.http_error = scrub(node.http_error, secret_values)
         node.http = {}  # raw reads, already in the rows
     return result
+
+
+def _in_waves(host_vars: dict, source: dict) -> bool:
+    """Whether the node fetches a model of `source` in waves: it asks for them, the model is a hub's and
+    the fleet has its own mirror (roles/blocks/model_fetch: _model_fetch_waves)."""
+    return (host_vars.get("model_fetch_distribution") == "waves" and source.get("type") in distribution.HUB_SOURCES
+            and bool((host_vars.get("groups") or {}).get("mirror")))
+
+
+def weights_to_read(host_vars: dict, items: list[dict]) -> dict:
+    """What weights_script reads on a node: its items' directories and, where it fetches in waves,
+    the revisions its share may serve."""
+    return {"paths": sorted({str(i["path"]) for i in items if i.get("path")}),
+            "share_dir": str(host_vars.get("model_fetch_share_dir") or ""),
+            "shares": sorted({layout.model_path(i["source"]) for i in items if _in_waves(host_vars, i["source"])})}
+
+
+def weights(hosts: dict[str, dict], items: dict[str, list[dict]], nodes: dict[str, NodeStatus]) -> list[dict]:
+    """Per revision the nodes fetch (items: distribution.fetch_items of each node's models): the nodes
+    that hold it (its completion marker, model_fetch's one sign of a complete model), those that lack
+    it, those not read, and the bytes the next run would move (distribution.placement, moves,
+    describe: the run's own account). A revision's size is what a holder has on disk, else the
+    inventory's size_gb. Directories whose marker records another revision go to each node's `stale`."""
+    read = [h for h in hosts if h in nodes and nodes[h].reachable]
+    if not read:
+        return []
+    held: dict[str, set[str]] = {}
+    sizes: dict[str, int] = {}
+    for host in read:
+        node, held[host] = nodes[host], set()
+        for item in items[host]:
+            got = node.held.get(str(item.get("path")))
+            if got is None:
+                continue
+            key = distribution.revision_key(item)
+            held[host].add(key)
+            recorded = distribution.revision_key({"source": got["source"]}) if got["source"] else key
+            if recorded != key:
+                node.stale[str(item["path"])] = recorded
+            elif got["bytes"]:
+                sizes[key] = max(sizes.get(key, 0), got["bytes"])
+    mirror = any((hosts[h].get("groups") or {}).get("mirror") for h in hosts)
+    rows = distribution.placement({h: items[h] for h in read}, held, sizes)
+    for row in rows:
+        path = layout.model_path(row["source"]) if row["source"].get("type") in distribution.HUB_SOURCES else None
+        waves = {h for h in row["needing"] if _in_waves(hosts[h], row["source"])}
+        row["sharing"] = [h for h in row["holders"] if path and path in nodes[h].shared]
+        row["unread"] = [h for h in hosts if h not in read
+                         and any(distribution.revision_key(i) == row["revision"] for i in items[h])]
+        row["moves"] = distribution.moves(row, list(hosts), waves=waves, sharing=row["sharing"])
+        row["line"] = distribution.describe(row, row["moves"], "the mirror" if mirror else "its source")
+    return rows
 
 
 def orphaned_units(installed: dict[str, str], fleet_models) -> dict[str, str]:

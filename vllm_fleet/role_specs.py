@@ -3,11 +3,11 @@ validation and monitoring read role options and defaults here)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import yaml
 
-from vllm_fleet.project import role_dirs
+from vllm_fleet.project import role_dir, role_dirs
 
 
 @lru_cache(maxsize=1)
@@ -60,3 +60,14 @@ def secret_declarations() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
         if isinstance(options, dict):
             suboptions[name] = frozenset(k for k, o in options.items() if isinstance(o, dict) and o.get("no_log"))
     return variables, suboptions
+
+
+@cache
+def role_constant(role: str, name: str):
+    """A constant of a role's vars/main.yml (roles/stages/fleet's _fleet_model_complete_marker, the name
+    of the file that marks a model directory complete): Python that needs it reads it here, never a
+    copy. Only a plain value: one the role computes (a template) has no value outside a play."""
+    value = (yaml.safe_load((role_dir(role) / "vars" / "main.yml").read_text()) or {})[name]
+    if isinstance(value, str) and "{{" in value:
+        raise ValueError(f"{role}'s {name} is a template ({value!r}), not a constant")
+    return value

@@ -138,6 +138,8 @@ def fill_mirror(paths, node, inv_dir: Path, log=print) -> None:
     if not summary.ok:
         raise LabError(f"the mirror sync for {node.name} failed: " + "; ".join(summary.failed or [summary.refused]))
     log(f"mirror filled: {len(summary.fetched)} item(s) fetched, {summary.received} bytes")
+    if summary.apt:  # the hosts' distribution packages, signed with a key the sync created in the mirror's keys/
+        log(summary.apt)
 
 
 def status(name: str = DEFAULT_LAB) -> list[dict]:

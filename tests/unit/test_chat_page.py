@@ -178,7 +178,9 @@ def test_a_prompt_streams_its_answer_with_stats(page, driver, fake):
                    + "".join(f"- item number {n} of the list\n" for n in range(8))
                    + "\n```python\ndef add(a, b):\n    return a + b\n```\nDone.")
     fake.reasoning = "Let me think about it first."
-    fake.first_delay, fake.delay = 1.2, 0.03
+    # The processing phase lasts until the first token: long enough to be seen by a poll of a
+    # browser on a loaded machine (1.2 s was missed once beside six labs, load average 10).
+    fake.first_delay, fake.delay = 3.0, 0.03
     page.open()
     page.ask("plan something", typed=True)
     wait(driver, lambda d: "processing prompt" in (text(d, "#live") or ""), message="no processing phase")

@@ -331,3 +331,99 @@ def test_watch_prints_a_reading_per_refresh(fleet):
     readings = [json.loads(line) for line in lines]
     assert len(readings) == 2 and readings[1]["read_at"] > readings[0]["read_at"]
     assert all(len(r["rows"]) == 3 for r in readings)
+
+
+# ------------------------------------------------------------------ weights: which nodes hold which revisions
+
+MARKER = ".vllm-fleet-complete"
+SOURCE = {"type": "huggingface", "repo": "org/m", "revision": "r1"}
+
+
+@pytest.fixture
+def weights_fleet(tmp_path, monkeypatch):
+    """Four CPU nodes in waves, with a mirror: node-a holds org/m@r1 verified (its completion marker,
+    written as model_fetch writes it: the source, as JSON) and shares it; node-b lacks it and holds
+    org/old at a directory whose marker records another revision; node-c lacks it and has a model
+    of a path source; node-d is unreachable over SSH. The node script runs here (connection local)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    share = tmp_path / "share-a"
+
+    def model(node, name, source, size_gb=None):
+        entry = {"name": name, "kind": "chat", "path": str(tmp_path / node / name), "source": source,
+                 "port": free_port()}
+        return {**entry, "size_gb": size_gb} if size_gb else entry
+
+    held = tmp_path / "node-a" / "m"
+    held.mkdir(parents=True)
+    (held / "model.safetensors").write_bytes(b"w" * 3000)
+    (held / MARKER).write_text(json.dumps(SOURCE, indent=4) + "\n")
+    (share / "models" / "org" / "m").mkdir(parents=True)
+    (share / "models" / "org" / "m" / "r1").symlink_to(held)
+    stale = tmp_path / "node-b" / "old"
+    stale.mkdir(parents=True)
+    (stale / MARKER).write_text(json.dumps({"type": "huggingface", "repo": "org/old", "revision": "r0"}) + "\n")
+    old = {"type": "huggingface", "repo": "org/old", "revision": "r1"}
+    nodes = {
+        "node-a": [model("node-a", "m", SOURCE)],
+        "node-b": [model("node-b", "m", SOURCE), model("node-b", "old", old, size_gb=2)],
+        "node-c": [model("node-c", "m", SOURCE), {**model("node-c", "local", {"type": "path"})}],
+        "node-d": [model("node-d", "m", SOURCE)],
+    }
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars" / "cpu-nodes").mkdir(parents=True)
+    (inventory / "host_vars").mkdir()
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "fleet": {"children": {"cpu-nodes": {"hosts": {
+            host: {"ansible_host": "127.0.0.1", "fleet_models": models} for host, models in nodes.items()}}}},
+        "mirror": {"hosts": {"mirror-01": {"ansible_host": "127.0.0.1"}}}}}}))
+    (inventory / "group_vars" / "cpu-nodes" / "fleet.yml").write_text(yaml.safe_dump({
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "fleet_accelerator": {"vendor": "cpu", "model": "x86_64", "count": 2},
+        "model_fetch_distribution": "waves"}))
+    (inventory / "host_vars" / "node-a.yml").write_text(yaml.safe_dump({"model_fetch_share_dir": str(share)}))
+    (inventory / "host_vars" / "node-d.yml").write_text(yaml.safe_dump(
+        {"ansible_connection": "ssh", "ansible_port": free_port(), "ansible_ssh_host_key_checking": False}))
+    return {"inventory": inventory, "held": held, "stale": stale}
+
+
+def test_status_says_which_nodes_hold_each_revision_and_what_the_next_run_moves(weights_fleet, capsys):
+    result = api.status(weights_fleet["inventory"], window=0.1, timeout=2)
+    node_a = result.nodes["node-a"]
+    size = 3000  # its files' bytes, the marker aside
+    assert node_a.held[str(weights_fleet["held"])] == {"bytes": size, "source": SOURCE}
+    assert node_a.shared == ["models/org/m/r1"]
+    rows = {row["revision"]: row for row in result.weights}
+    # A path source is checked in place, never fetched: not in the account.
+    assert sorted(rows) == ["org/m@r1", "org/old@r1"]
+    m = rows["org/m@r1"]
+    assert (m["holders"], m["needing"], m["unread"], m["sharing"]) == (["node-a"], ["node-b", "node-c"], ["node-d"],
+                                                                       ["node-a"])
+    # Its size is node-a's copy on disk; in waves node-b fetches from node-a and the mirror, node-c
+    # from node-a and node-b (the mirror a spare): the mirror serves half a copy.
+    assert m["size"] == size and m["bytes"] == 2 * size
+    assert m["moves"] == {"total": 2 * size, "mirror": round(size / 2), "peers": 2 * size - round(size / 2)}
+    # node-b's directory of org/old records r0: model_fetch counts it complete (its marker), so the next
+    # run moves nothing there, and status says whose revision it really holds.
+    old = rows["org/old@r1"]
+    assert (old["holders"], old["needing"], old["moves"]["total"]) == (["node-b"], [], 0)
+    assert result.nodes["node-b"].stale == {str(weights_fleet["stale"]): "org/old@r0"}
+    text = str(result)
+    assert "weights (completion markers on the nodes; the next run's bytes):" in text
+    assert ("  org/m@r1: held by node-a; to fetch on node-b, node-c: 6.0 KB (about 1.5 KB from the mirror, 4.5 KB "
+            "from peers); not read on node-d") in text.splitlines()
+    assert f"node-b: {weights_fleet['stale']} holds org/old@r0 (its completion marker)" in text
+    # --json: the same rows, and each node's holdings.
+    cli.main(["status", "-i", str(weights_fleet["inventory"]), "--json", "--window", "0.1"])
+    data = json.loads(capsys.readouterr().out)
+    assert [row["revision"] for row in data["weights"]] == ["org/m@r1", "org/old@r1"]
+    assert data["weights"][0]["moves"] == m["moves"]
+    assert data["nodes"]["node-a"]["shared"] == ["models/org/m/r1"]
+    assert data["nodes"]["node-b"]["stale"] == {str(weights_fleet["stale"]): "org/old@r0"}
+
+
+def test_without_ssh_status_reads_no_weights(weights_fleet):
+    result = live_status.status(weights_fleet["inventory"], window=0.1, timeout=2, ssh=False)
+    assert result.weights == [] and "weights" not in str(result)

@@ -143,7 +143,10 @@ def _inventory(dest: Path, url: str, artifacts: dict, commits: dict) -> None:
     (dest / "group_vars" / "all" / "mirrors.yml").write_text(yaml.safe_dump({
         "fleet_pip_index_url": f"{url}/pypi/simple/", "fleet_pip_trusted_hosts": ["127.0.0.1"],
         "fleet_github_mirror": f"{url}/github", "fleet_artifact_base_url": f"{url}/artifacts/",
-        "fleet_hub": {"modelscope_endpoint": "", "hf_endpoint": f"{url}/huggingface"}}))
+        "fleet_hub": {"modelscope_endpoint": "", "hf_endpoint": f"{url}/huggingface"},
+        # The distribution's packages come from Debian's archive, no upstream of this loopback "internet":
+        # tests/unit/test_mirror_apt.py syncs them from an archive of its own.
+        "fleet_mirror_apt": False}))
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +298,7 @@ def _bill(site, **matrix) -> bom.Bill:
     return bom.bill_of_materials({"n1": {
         "groups": {"fleet": ["n1"]}, "fleet_accelerator": {"vendor": "ascend", "model": "910B3", "count": 8},
         "fleet_artifact_base_url": f"{site.url}/artifacts/", "fleet_github_mirror": f"{site.url}/github",
-        "fleet_matrix": {"python": "3.11", **matrix}}})
+        "fleet_mirror_apt": False, "fleet_matrix": {"python": "3.11", **matrix}}})
 
 
 def test_a_cut_transfer_fails_named_and_the_next_sync_resumes_it(site):

@@ -61,7 +61,7 @@ def test_the_matrix_upstream_urls_become_their_place_in_the_mirror():
     # The sync stores each under the same path (one home: layout).
     item = bom.bill_of_materials({"n": {"groups": {"fleet": ["n"]}, "fleet_accelerator": {"vendor": "ascend"},
                                         "fleet_matrix": {"vllm": vllm, "tiktoken_o200k": o200k}}})
-    assert {i.key for i in item.items.values()} == {
+    assert {i.key for i in item.items.values() if i.kind != "deb"} == {
         f"git/github.com/vllm-project/vllm.git@{'a' * 40}", "artifacts/o200k_base.tiktoken"}
 
 
@@ -140,7 +140,7 @@ def _run(playbook: Path, inv: Path, port: int, *args: str) -> subprocess.Complet
 
 SHOW = ("{{ {'pip': _fleet_pip_index_url, 'trusted': _fleet_pip_trusted_hosts, 'github': _fleet_github_mirror,"
         " 'base': _fleet_artifact_base_url, 'vllm': fleet_matrix.vllm | fleet_mirror_sources(fleet_mirror_url,"
-        " 'git_source')} | to_json }}")
+        " 'git_source'), 'apt': _fleet_apt_source.uris, 'key': _fleet_apt_source.key_url} | to_json }}")
 
 
 @pytest.mark.ansible
@@ -160,7 +160,8 @@ def test_a_node_sees_every_source_at_the_mirror(site, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     url = f"http://127.0.0.1:{port}"
     for want in (f'"pip": "{url}/pypi/simple/"', '"trusted": ["127.0.0.1"]', f'"github": "{url}/git/github.com"',
-                 f'"base": "{url}/artifacts/"', f'"vllm": ["{url}/git/github.com/vllm-project/vllm.git"]'):
+                 f'"base": "{url}/artifacts/"', f'"vllm": ["{url}/git/github.com/vllm-project/vllm.git"]',
+                 f'"apt": ["{url}/apt"]', f'"key": "{url}/apt/vllm-fleet-mirror.asc"'):
         assert want.replace('"', '\\"') in proc.stdout, proc.stdout
 
 

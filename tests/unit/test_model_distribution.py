@@ -149,7 +149,8 @@ def test_placement_shows_where_each_revision_is_and_what_a_run_moves():
              "source": {"type": "huggingface", "repo": "org/m", "revision": "r1"}}
     off = {**model, "name": "off", "enabled": False, "source": {"type": "huggingface", "repo": "org/off"}}
     rows = dist.placement({"a": [model, off], "b": [model], "c": [model]}, {"a": {"org/m@r1"}})
-    assert rows == [{"revision": "org/m@r1", "holders": ["a"], "needing": ["b", "c"], "bytes": 4_000_000_000}]
+    assert rows == [{"revision": "org/m@r1", "source": model["source"], "holders": ["a"], "needing": ["b", "c"],
+                     "size": 2_000_000_000, "bytes": 4_000_000_000}]
     # Held everywhere: a run moves nothing.
     held = {h: {"org/m@r1"} for h in "abc"}
     assert dist.placement({"a": [model], "b": [model], "c": [model]}, held)[0]["bytes"] == 0
@@ -157,7 +158,7 @@ def test_placement_shows_where_each_revision_is_and_what_a_run_moves():
 
 # ---- the filters the role reads (filter_plugins/distribution.py)
 
-def test_the_role_sees_the_holders_of_the_earlier_batches_that_nobody_blamed():
+def test_the_role_sees_the_holders_that_nobody_blamed():
     from filter_plugins import distribution as filters
 
     source = {"type": "huggingface", "repo": "org/m", "revision": "rev1"}
@@ -173,9 +174,14 @@ def test_the_role_sees_the_holders_of_the_earlier_batches_that_nobody_blamed():
     assert fetch["wave"] == 4 and fetch["split"] == 3
     assert fetch["sources"][-1] == "http://mirror:8080/models/org/m/rev1"
     assert "http://n00:8091/models/org/m/rev1" in fetch["sources"]
-    # The converge's play: one batch of every node, so the mirror alone.
+    # A holder of a later batch (it held the revision before the run) serves an earlier one.
+    first = filters.fleet_distribution_fetch(source, "n00", play, ["n00"], hostvars, "http://mirror:8080")
+    assert first["peers"] == ["n01", "n03"] and first["wave"] == 1
+    # The converge's play, one batch of every node: the holders serve it too; without any, the mirror alone.
     alone = filters.fleet_distribution_fetch(source, "n05", play, play, hostvars, "http://mirror:8080")
-    assert alone["sources"] == ["http://mirror:8080/models/org/m/rev1"] and alone["peers"] == []
+    assert sorted(alone["peers"]) == ["n00", "n01", "n03"] and alone["sources"][-1] == "http://mirror:8080/models/org/m/rev1"
+    nobody = filters.fleet_distribution_fetch(source, "n05", play, play, {h: {} for h in play}, "http://mirror:8080")
+    assert nobody["sources"] == ["http://mirror:8080/models/org/m/rev1"] and nobody["peers"] == []
 
 
 def test_the_role_names_the_peer_from_sha256sum_lines():
@@ -222,4 +228,4 @@ def test_the_run_says_where_each_revision_is_and_what_it_would_move():
                      "(about 5.0 GB from the mirror, 25.0 GB from peers)"]
     everywhere = {h: {"_model_fetch_markers": marker, "_model_fetch_hub_models": [model]} for h in "abcd"}
     assert filters.fleet_distribution_placement(list("abcd"), everywhere) == [
-        "org/m@r1: held by a, b, c, d; nothing to fetch: 0.0 GB (about 0.0 GB from the mirror, 0.0 GB from peers)"]
+        "org/m@r1: held by a, b, c, d; nothing to fetch: 0 B (about 0 B from the mirror, 0 B from peers)"]

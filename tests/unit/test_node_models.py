@@ -24,6 +24,10 @@ NODE_MODELS_CALLERS = {
     "filter_plugins/fleet.py": "fleet_node_models, the roles' one call (roles/stages/fleet/vars)",
     "vllm_fleet/router.py": "served_models: the router, monitoring, status and bench read a node's served models",
     "vllm_fleet/validation/__init__.py": "validation judges every model, disabled ones too, with its problems",
+    "vllm_fleet/live_status.py": "status's weights: what each node fetches (a span's workers and adapters too), "
+                                 "distribution.fetch_items of its models",
+    "filter_plugins/distribution.py": "fleet_distribution_waves: the plan's waves, every node's fetched models "
+                                      "in one call on the controller",
 }
 
 

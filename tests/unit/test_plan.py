@@ -399,8 +399,6 @@ def test_musa_environment_is_seed_004s(host_plan, name, env):
 #: new role with templates fails test_every_role_template_is_planned until it is planned or listed.
 NOT_PLANNED = {
     "apt_packages": "a vendor's apt repository and pins: rendered per call of the driver roles, not yet planned",
-    "metax_maca": "/etc/profile.d/maca.sh: not yet planned",
-    "python_env": "pip.conf in each virtualenv: not yet planned",
 }
 #: Where each role gives the plan its files: the files that name its templates (and the file
 #: lists in its templates/*.json.j2, which these name).
@@ -435,9 +433,69 @@ def test_every_role_template_is_planned():
     assert not set(NOT_PLANNED) - {p.name for p in role_dirs()}, "NOT_PLANNED names a removed role"
 
 
+def included_plans(tasks) -> set[str]:
+    """The roles whose tasks/plan.yml `tasks` (a play's or a task file's) include, blocks included;
+    the vendor's role of the contract (`{{ fleet_vendor.role }}`) stands for every vendor's."""
+    found: set[str] = set()
+    for task in tasks or []:
+        if not isinstance(task, dict):
+            continue
+        for key in ("block", "rescue", "always", "pre_tasks", "tasks", "post_tasks"):
+            found |= included_plans(task.get(key))
+        include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
+        if isinstance(include, dict) and include.get("tasks_from") == "plan.yml":
+            name = str(include["name"])
+            found |= {f"vendors/{v}" for v in VENDORS} if name == "{{ fleet_vendor.role }}" else {name}
+    return found
+
+
+def test_every_role_that_writes_files_is_in_the_plan():
+    """Every role that writes files from templates (those NOT_PLANNED aside) has its tasks/plan.yml
+    reached from playbooks/plan.yml, directly or through another role's plan (MetaX's MACA profile
+    through the vendor's plan, a venv's pip.conf through its includer's), so a role that writes a
+    file the plan lacks, or a plan nobody runs, fails here."""
+    import yaml
+
+    reached, todo = set(), sorted(included_plans(yaml.safe_load((ROOT / "playbooks" / "plan.yml").read_text())))
+    while todo:
+        name = todo.pop()
+        plan_file = ROOT / "roles" / name / "tasks" / "plan.yml"
+        if name in reached or not plan_file.is_file():
+            continue
+        reached.add(name)
+        todo += sorted(included_plans(yaml.safe_load(plan_file.read_text())) - reached)
+    layered = {str(p.relative_to(ROOT / "roles")) for p in role_dirs()}
+    writers = {name for name in layered if (ROOT / "roles" / name / "templates").is_dir()
+               and name.split("/")[-1] not in NOT_PLANNED}
+    planned = {name for name in layered if (ROOT / "roles" / name / "tasks" / "plan.yml").is_file()}
+    assert {"blocks/python_env", "vendors/metax_maca", "vendors/metax"} <= reached
+    assert sorted(writers - reached) == [], "roles whose files no plan renders"
+    assert sorted(planned - reached) == [], "a tasks/plan.yml that playbooks/plan.yml never reaches"
+
+
+def test_the_release_venvs_pip_settings_and_macas_profile_are_planned(host_plan, container_plan):
+    """blocks/python_env's pip.conf in the release's venv of every vendor with releases (host mode),
+    vendors/metax_maca's profile script on the MetaX node, each as its converge writes it."""
+    for node in ("ascend-01", "cpu-01", "metax-01", "nvidia-01"):
+        confs = list((host_plan / node / "opt/vllm-fleet/releases").glob("*/venv/pip.conf"))
+        assert len(confs) == 1, node
+        assert "[global]\ndisable-pip-version-check = true\n" in confs[0].read_text(), node
+    cpu = next((host_plan / "cpu-01" / "opt/vllm-fleet/releases").glob("*/venv/pip.conf")).read_text()
+    assert "index-url = https://pypi.example.internal/vllm-cpu/simple/" in cpu.splitlines()  # the node's index
+    # Moore Threads' AIModule keeps its conda environment in place: no release, no venv of ours.
+    assert not (host_plan / "musa-01" / "opt/vllm-fleet/releases").exists()
+    assert [str(p.relative_to(host_plan)) for p in host_plan.glob("*/etc/profile.d/*")] == [
+        "metax-01/etc/profile.d/maca.sh"]
+    maca = (host_plan / "metax-01/etc/profile.d/maca.sh").read_text()
+    assert "export MACA_PATH=/opt/maca\n" in maca and 'export CUDA_PATH="${CUCC_PATH}"' in maca
+    # Container mode: vLLM comes in the image, no release venv on the node.
+    assert not list(container_plan.glob("*/opt/vllm-fleet/releases"))
+
+
 def full_site(tmp_path: Path) -> Path:
     """The example inventory with a router, a monitoring host and a mirror, models listening
-    beyond loopback (behind the group's key), a router endpoint for gpt-oss-20b."""
+    beyond loopback (behind the group's key), a router endpoint for gpt-oss-20b, hub models to
+    the nodes in waves."""
     import shutil
 
     import yaml
@@ -450,6 +508,7 @@ def full_site(tmp_path: Path) -> Path:
         hosts["all"]["children"][group]["hosts"] = {host: {"ansible_host": address}}
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (inv / "group_vars" / "all" / "listen.yml").write_text("fleet_serve_listen: 0.0.0.0\n")
+    (inv / "group_vars" / "all" / "waves.yml").write_text("model_fetch_distribution: waves\n")
     router = yaml.safe_load((inv / "group_vars" / "router" / "router.yml").read_text()) or {}
     router["router_models"] = [{"name": "gpt-oss-20b", "port": 9100,
                                 "allow_differences": ["source", "max_model_len", "lora_adapters"]}]
@@ -463,6 +522,8 @@ def tree(root: Path) -> dict[str, str]:
 
 @pytest.mark.ansible
 def test_plan_renders_every_host_of_the_run_into_a_directory_of_its_own(tmp_path):
+    import yaml
+
     from vllm_fleet import api  # noqa: PLC0415 - ansible-runner only where a test runs a plan
 
     inv, out = full_site(tmp_path), tmp_path / "plan"
@@ -491,6 +552,16 @@ def test_plan_renders_every_host_of_the_run_into_a_directory_of_its_own(tmp_path
     text = "".join(files.values())
     assert "e" * 16 not in text and "t" * 16 not in text  # every key masked
     assert "******** team-a" in files["router-01/etc/haproxy/vllm-fleet-keys.map"]
+    # The waves of each hub model revision, beside the hosts (a first run's: no node holds any yet).
+    assert first.fleet_files == ["model-distribution.yml"] and "the fleet: model-distribution.yml" in str(first)
+    waves = yaml.safe_load(files["model-distribution.yml"])
+    assert waves["mirror"] == "http://192.0.2.7:8081" and waves["assumption"].startswith("no node holds")
+    gpt = next(r for r in waves["revisions"] if r["revision"] == "openai/gpt-oss-20b@default")
+    assert gpt["size_bytes"] == 14_000_000_000 and gpt["bytes"]["mirror"] == 14_000_000_000
+    # One node fetches it, from the mirror alone, in its batch of the play.
+    assert [w["nodes"] for w in gpt["waves"]] == [[{"host": "nvidia-01", "sources": [
+        "http://192.0.2.7:8081/models/openai/gpt-oss-20b/main"], "at_once": 1, "peers": []}]]
+    assert "nvidia-01/etc/nginx/sites-enabled/vllm-fleet-share.conf" in files
 
     second = api.plan(str(inv), out, secrets=secrets)  # into the same directory: the same tree
     assert second.ok and tree(out) == files

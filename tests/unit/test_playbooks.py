@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What every vendor contract (roles/vendors/<vendor>/vars/main.yml) must say;
 #: docs/CONTRIBUTING-VENDOR.md explains each.
 CONTRACT_KEYS = {"role", "deploy_modes", "visible_devices_env", "device_groups", "shared_devices", "unit_devices",
-                 "packages", "installs", "pins", "release", "runtime", "cluster", "driver", "doctor", "image",
-                 "container", "vllm_build"}
+                 "packages", "apt_sets", "installs", "pins", "release", "runtime", "cluster", "driver", "doctor",
+                 "image", "container", "vllm_build"}
 RUNTIME_KEYS = {"env_scripts", "conda", "executable", "python", "extra_env"}
 
 

@@ -13,7 +13,11 @@ Read from each host's rendered variables (vllm_fleet.inventory.host_vars):
   model sources the node uses (roles/blocks/model_fetch), vllm-router on router hosts (roles/services/router),
   resolved for the node's Python (the matrix's) and architecture (``fleet_architecture``);
 - every model whose source is a hub (modelscope, huggingface) at its revision, and the files of a
-  ``url`` source with their checksums.
+  ``url`` source with their checksums;
+- the distribution packages the roles install with apt on each host (``APT_SETS``: by the groups the
+  host is in), and a vendor's packages from the inventory's apt repositories at the matrix's version
+  (its contract's ``apt_sets``), one set per host resolved with its dependencies for the node's architecture
+  (vllm_fleet.mirror.apt), unless ``fleet_mirror_apt`` is false.
 
 Sources are the host's own: what its inventory says the nodes would use (a GitHub proxy in
 ``fleet_github_mirror``, the hub endpoints of ``fleet_hub``, ``fleet_pip_index_url``), so the
@@ -24,17 +28,83 @@ want it, for the summary and for the refusals that name what is missing.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
+
+import yaml
 
 from vllm_fleet import models, release, vendors
-from vllm_fleet.mirror.layout import DEFAULT_REVISION, GITHUB, artifact_path, git_path, model_path
+from vllm_fleet.mirror.layout import (
+    APT_DIR,
+    APT_RELEASE,
+    DEB_ARCH,
+    DEFAULT_REVISION,
+    GITHUB,
+    artifact_path,
+    git_path,
+    model_path,
+)
+from vllm_fleet.project import role_dir
 from vllm_fleet.role_specs import role_default
 
 #: The variables of a host the bill is read from (rendered, as a play sees them).
 KEYS = ("groups", "fleet_accelerator", "fleet_matrix", "fleet_models", "fleet_deploy_mode", "fleet_architecture",
         "fleet_artifact_base_url", "fleet_github_mirror", "fleet_pip_index_url", "fleet_pip_extra_index_urls",
-        "fleet_pip_trusted_hosts", "fleet_hub", "fleet_container_registry", "fleet_system_python")
+        "fleet_pip_trusted_hosts", "fleet_hub", "fleet_container_registry", "fleet_system_python",
+        "fleet_mirror_apt")
+
+
+@dataclass(frozen=True)
+class AptSet:
+    """Distribution packages a role installs with apt on the hosts of `groups`: the names a role option
+    lists (its value on the host, else the role's default), the names the role's tasks list themselves,
+    or the node's vendor contract's ``packages``."""
+
+    role: str                          # roles/<layer>/<role> that installs them
+    groups: tuple[str, ...]            # the hosts it installs them on
+    option: str = ""
+    names: tuple[str, ...] = ()
+    contract: bool = False
+    recommends: bool = True            # the task takes their Recommends (apt's default), or install_recommends: false
+    when: str = ""                     # only where the inventory has hosts in this group (the role runs only then)
+
+
+#: Every apt package a role installs from the distribution, by the hosts it installs it on: with the
+#: vendor contracts' `apt_sets`, the one list of the fleet's apt repository. tests/unit/test_mirror_apt.py
+#: reads every `ansible.builtin.apt` task of the roles and fails on a package, or a role option, that this
+#: list does not know. A package installed only when an option asks for it (the waves' downloader, the
+#: router's chat page) is listed for every host of the group: the mirror holds it before the option is
+#: turned on.
+APT_SETS = (
+    AptSet("stages/node_base", ("fleet",), option="node_base_packages"),
+    AptSet("stages/node_base", ("fleet",), contract=True),            # node_base's vars: + fleet_vendor.packages
+    AptSet("blocks/model_fetch", ("fleet",), names=("aria2", "nginx-light")),   # tools.yml, share.yml (waves)
+    AptSet("services/monitoring", ("fleet", "monitoring"), option="monitoring_node_exporter_packages",
+           recommends=False, when="monitoring"),
+    AptSet("services/monitoring", ("monitoring",), option="monitoring_prometheus_packages", recommends=False),
+    AptSet("services/router", ("router",), option="router_packages"),
+    AptSet("services/router", ("router",), names=("python3-venv", "nginx-light")),  # the pools' venv, the page
+    AptSet("services/mirror", ("mirror",), option="mirror_packages"),
+    # Ansible's apt module installs python3-apt itself on a host that lacks it, before any role's package.
+    AptSet("ansible.builtin.apt", ("fleet", "router", "monitoring", "mirror"), names=("python3-apt",)),
+)
+
+
+def vendor_apt_sets() -> list[tuple[str, dict]]:
+    """(vendor, set) of every vendor contract's `apt_sets`: the packages its roles install from the
+    inventory's apt repositories (roles/blocks/apt_packages), {role, matrix, repositories, names_var,
+    deploy_modes}: the role that does, the matrix entry with `package_version` (and `packages`, unless the
+    role's vars list `names_var`), the role option naming the repositories (the sync's door; with the
+    mirror the nodes take them from it), and in which deploy modes (all, unless said)."""
+    return [(vendor, dict(s)) for vendor in vendors.VENDORS for s in vendors.contract(vendor)["apt_sets"]]
+
+
+#: The host variables the apt sets read, beside KEYS.
+APT_KEYS = tuple(dict.fromkeys([s.option for s in APT_SETS if s.option]
+                               + [s["repositories"] for _, s in vendor_apt_sets()]))
+KEYS = KEYS + APT_KEYS
 
 #: Hub clients per model source type, as roles/blocks/model_fetch installs them ({distribution: matrix key}).
 HUB_CLIENTS = {"modelscope": {"modelscope": "modelscope", "modelscope-hub": "modelscope_hub"},
@@ -49,15 +119,16 @@ PLATFORM_TAGS = {arch: [f"manylinux_2_{n}_{arch}" for n in (28, 27, 26, 24, 17)]
 class Item:
     """One thing the mirror holds. ``key`` is its identity (and, for files, where it lands)."""
 
-    kind: str                      # artifact | git | pip | model | image
+    kind: str                      # artifact | git | pip | model | image | deb
     key: str
     sources: list[str] = field(default_factory=list)
     sha256: str = ""               # artifact: its checksum
     ref: str = ""                  # git: commit or tag; model: revision; image: tag
-    specs: list[str] = field(default_factory=list)   # pip: the requirements resolved together
+    specs: list[str] = field(default_factory=list)   # pip: the requirements resolved together; deb: the packages
     python: str = ""               # pip: the nodes' Python (major.minor)
-    arch: str = ""                 # pip: the nodes' architecture
-    index: dict = field(default_factory=dict)        # pip: index_url, extra_index_urls...; git: github_mirror
+    arch: str = ""                 # pip, deb: the nodes' architecture
+    index: dict = field(default_factory=dict)        # pip: index_url, extra_index_urls...; git: github_mirror;
+    #                                                  deb: without_recommends, repositories
     hub: str = ""                  # model: modelscope | huggingface | url
     files: list[dict] = field(default_factory=list)  # model of a url source: [{name, sha256}]
     size_hint: int = 0             # bytes the inventory declares (a model's size_gb), when nothing else says
@@ -182,7 +253,81 @@ def bill_of_materials(hosts: dict[str, dict]) -> Bill:
             # roles/services/router installs vllm-router into its own venv (the node's Python), at the matrix's version.
             _pip(bill, f"{name}: fleet_matrix.vllm_router", hv, system,
                  [f"vllm-router=={matrix['vllm_router']['version']}"])
+        _debs(bill, name, hv, vendor, matrix)
     return bill
+
+
+def apt_enabled(hv: dict) -> bool:
+    """Whether the host's distribution packages come from the fleet's mirror (fleet_mirror_apt)."""
+    return bool(hv["fleet_mirror_apt"] if "fleet_mirror_apt" in hv else role_default("fleet_mirror_apt"))
+
+
+@cache
+def _role_var(role: str, name: str):
+    """A plain (untemplated) variable of a role's vars/main.yml."""
+    return (yaml.safe_load((role_dir(role.rsplit("/", 1)[-1]) / "vars" / "main.yml").read_text()) or {})[name]
+
+
+def apt_packages(host: str, hv: dict, vendor: str | None,
+                 matrix: dict) -> tuple[list[str], list[str], list[dict], list[str]]:
+    """What the roles install with apt on `host`: (packages with their Recommends, packages without,
+    the vendor's apt repositories, the variables they come from)."""
+    groups = hv.get("groups") or {}
+    member = {g for g, hosts in groups.items() if host in (hosts or [])}
+    fleet = "fleet" in member and vendor in vendors.VENDORS
+    with_rec: set[str] = set()
+    without: set[str] = set()
+    whence: list[str] = []
+    for row in APT_SETS:
+        if not member & set(row.groups) or (row.when and not groups.get(row.when)):
+            continue
+        if row.contract:
+            names = vendors.contract(vendor)["packages"] if fleet else []
+            if isinstance(names, str):
+                raise BillError(f"{host}: {vendor}'s contract lists its packages as a template ({names}); "
+                                "the mirror reads a plain list")
+            source = f"{vendor}'s contract"
+        elif row.option:
+            names = hv[row.option] if row.option in hv else role_default(row.option)
+            source = row.option
+        else:
+            names, source = row.names, row.role
+        if names:
+            (with_rec if row.recommends else without).update(str(n) for n in names)
+            whence.append(source)
+    repositories: list[dict] = []
+    mode = hv.get("fleet_deploy_mode") or role_default("fleet_deploy_mode")
+    for owner, row in vendor_apt_sets():
+        entry = matrix.get(row["matrix"])
+        if not fleet or vendor != owner or mode not in row.get("deploy_modes", [mode]) \
+                or not isinstance(entry, dict) or not entry.get("package_version"):
+            continue
+        names = _role_var(row["role"], row["names_var"]) if row.get("names_var") else entry.get("packages") or []
+        with_rec.update(f"{n}={entry['package_version']}" for n in names)
+        option = row["repositories"]
+        for repository in hv[option] if option in hv else role_default(option):
+            if repository not in repositories:
+                repositories.append(repository)
+        whence.append(f"fleet_matrix.{row['matrix']}")
+    return sorted(with_rec), sorted(without - with_rec), repositories, whence
+
+
+def _debs(bill: Bill, host: str, hv: dict, vendor: str | None, matrix: dict) -> None:
+    if not apt_enabled(hv):
+        return
+    with_rec, without, repositories, whence = apt_packages(host, hv, vendor, matrix)
+    if with_rec or without:
+        bill.add(deb_item(with_rec, without, platform_of(hv), repositories),
+                 f"{host}: the distribution's packages ({', '.join(whence)})")
+
+
+def deb_item(packages: list[str], without_recommends: list[str], arch: str, repositories: list[dict]) -> Item:
+    """One host's apt packages, resolved together with their dependencies for the nodes' release and
+    architecture from the distribution and `repositories`; named by them (hosts alike share it)."""
+    what = json.dumps([arch, packages, without_recommends, repositories], sort_keys=True)
+    digest = hashlib.sha256(what.encode()).hexdigest()[:12]
+    return Item("deb", f"{APT_DIR}/{APT_RELEASE}-{DEB_ARCH.get(arch, arch)}-{digest}", specs=list(packages), arch=arch,
+                index={"without_recommends": list(without_recommends), "repositories": list(repositories)})
 
 
 def _vendor_entries(bill: Bill, host: str, hv: dict, vendor: str, matrix: dict) -> None:

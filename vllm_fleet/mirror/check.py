@@ -25,7 +25,13 @@ def missing(hosts: dict[str, dict], manifest: dict, url: str, inventory: str = "
     for key, item in sorted(bill.items.items()):
         if item.kind == "image" or key in held:
             continue  # container images are not mirrored yet (docs/air-gapped.md)
-        what = f"pip's resolution of {', '.join(item.specs)}" if item.kind == "pip" else f"{item.kind} {item.key}"
+        if item.kind == "pip":
+            what = f"pip's resolution of {', '.join(item.specs)}"
+        elif item.kind == "deb":
+            names = [*item.specs, *item.index.get("without_recommends", [])]
+            what = f"the apt packages {', '.join(names)} with their dependencies ({item.key})"
+        else:
+            what = f"{item.kind} {item.key}"
         problems.append(f"{'; '.join(item.wanted_by)}: needs {what}, which the fleet's mirror at {url} does not "
                         f"hold; accepted: what the mirror's mirror.json lists: fetch it on a connected machine "
                         f"({sync}), carry it across (mirror pack, mirror unpack) and run again")

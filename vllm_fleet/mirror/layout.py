@@ -6,7 +6,7 @@ validation that checks an inventory against it.
 With a host in the group ``mirror`` every source of a node defaults to that host
 (``fleet_mirror_url``), and every upstream URL the matrix pins (a commit's ``sources``, a
 download's ``sources``, an artifact's ``url``) is replaced, on the node, by its place in the mirror:
-the node never reaches an upstream.
+the node never reaches an upstream. Its apt reads the mirror's apt repository only (``apt_source``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,17 @@ GITHUB = "https://github.com"
 #: The source variables a mirror gives their default, and the path of each under the mirror.
 SOURCE_PATHS = {"fleet_pip_index_url": "/pypi/simple/", "fleet_github_mirror": "/git/github.com",
                 "fleet_artifact_base_url": "/artifacts/"}
+#: The fleet's apt repository (Debian's reprepro builds it, signed with the site's key): the nodes' release,
+#: Debian 12 (the roles' meta platforms, the lab's nodes), and its two components: the distribution's
+#: packages (main) and those of the inventory's vendor repositories (vendor), which may carry a package
+#: of the distribution's name at another version (one version of a name per component).
+APT_DIR = "apt"
+APT_RELEASE = "bookworm"
+APT_COMPONENTS = ("main", "vendor")
+#: The repository's public key, ASCII-armored (what the hosts' apt checks its signature with).
+APT_KEY = f"{APT_DIR}/vllm-fleet-mirror.asc"
+#: Debian's name of each fleet_architecture.
+DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
 def url_host(address: str) -> str:
@@ -52,6 +63,15 @@ def source_default(url: str, name: str):
         # pip takes an index over plain HTTP only from a host it is told to trust.
         return [urlsplit(url).hostname] if url.startswith("http://") else []
     return url + SOURCE_PATHS[name] if url else ""
+
+
+def apt_source(url: str) -> dict:
+    """The deb822 source of the fleet's apt repository in the mirror at `url` (http://..., or file:<dir>
+    on the mirror host itself) and the URL of its key: {uris, suites, components, key_url}; {} without one."""
+    if not url:
+        return {}
+    return {"uris": [f"{url}/{APT_DIR}"], "suites": [APT_RELEASE], "components": list(APT_COMPONENTS),
+            "key_url": f"{url}/{APT_KEY}"}
 
 
 def git_path(url: str) -> str:

@@ -1,6 +1,7 @@
 """Carrying a mirror across the air gap: ``mirror pack`` writes the directory as one tar stream cut
 into volumes of a bounded size (a file larger than a volume, a model shard, spans two), with
-``SHA256SUMS`` of the volumes and ``PACK.json`` (their order, the mirror manifest's checksum);
+``SHA256SUMS`` of the volumes and ``PACK.json`` (their order, the mirror manifest's checksum), all of
+it but ``keys/`` (the secret key a sync created to sign the apt repository);
 ``mirror verify`` checks a pack's volumes as it checks a mirror's files; ``mirror unpack`` checks,
 then extracts the stream (tarfile's "data" filter: no absolute paths, links out of the tree or
 device files) and verifies the mirror it wrote.
@@ -13,7 +14,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from vllm_fleet.mirror import store
+from vllm_fleet.mirror import apt, store
 
 PACK = "PACK.json"
 SUMS = "SHA256SUMS"
@@ -67,6 +68,9 @@ def pack(root: Path, out: Path, volume_bytes: int, log=print) -> list[str]:
     volumes = _Volumes(out, volume_bytes)
     with tarfile.open(fileobj=volumes, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(root.rglob("*")):
+            # The key a sync created to sign the apt repository stays on the connected side.
+            if path.relative_to(root).parts[0] == apt.KEYS_DIR:
+                continue
             # Directories too: a bare repository's empty refs/ directories are part of it.
             if path.is_dir() or (path.is_file() and not path.name.endswith(".part")):
                 tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)

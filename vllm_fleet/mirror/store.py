@@ -1,8 +1,9 @@
 """A mirror directory's manifest (``mirror.json``) and the check of the directory against it.
 
 The manifest is the mirror's one record of what it holds: every file under ``artifacts/``,
-``pypi/packages/`` and ``models/`` with its size and sha256, what each item of the bill resolved
-to (a pip set's wheels, a model revision's commit and files, a repository's commits and tags).
+``pypi/packages/``, ``models/`` and ``apt/`` with its size and sha256, what each item of the bill resolved
+to (a pip set's wheels, a model revision's commit and files, a repository's commits and tags, a host's
+apt packages), and what the apt repository was built of and signed with.
 A sync writes it after each item, so a sync cut off keeps what it finished; ``verify`` recomputes
 every checksum and asks git for every pinned object.
 """

@@ -6,7 +6,8 @@ sources' announced sizes, pip's resolution, the hubs' file lists). ``--check`` s
 Otherwise the plan's total is held against the directory's free space before a byte moves, then
 each item is fetched, verified and recorded in the manifest as soon as it is whole, so a sync cut
 off resumes where it stopped. A failed item does not stop the others; the summary names each
-failure with the host and variable that want it.
+failure with the host and variable that want it. Last, the apt repository is built again when what it
+holds changed, or its key (vllm_fleet.mirror.apt).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fleet.mirror import bom, fetch, store
+from vllm_fleet.mirror import apt, bom, fetch, store
 from vllm_fleet.mirror.fetch import FetchError, human
-from vllm_fleet.mirror.layout import git_path
+from vllm_fleet.mirror.layout import APT_DIR, DEB_ARCH, git_path
 
 #: Free space kept beyond what the plan adds (the manifest, indexes, partial files).
 DISK_MARGIN = 64 * 1024 * 1024
+#: The manifest's record of the apt repository (what it was built of, its key, its files).
+APT_REPOSITORY = "apt:repository"
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Summary:
     skipped: list[str] = field(default_factory=list)
     received: int = 0
     refused: str = ""
+    apt: str = ""                  # what the apt repository holds, after the sync
 
     @property
     def ok(self) -> bool:
@@ -57,6 +61,8 @@ def _present(item: bom.Item, manifest: store.Manifest) -> bool:
         return record is not None and fetch.git_has(manifest.root / record["path"], item.ref)
     if item.kind in ("pip", "model"):
         return record is not None and all(manifest.has_file(rel) for rel in record["files"])
+    if item.kind == "deb":  # its packages in the repository's pool
+        return record is not None and bool(record.get("files")) and all(manifest.has_file(r) for r in record["files"])
     return False
 
 
@@ -77,7 +83,47 @@ def plan(bill: bom.Bill, root: Path, log=print) -> list[Entry]:
         if entry.item.kind == "git" and entry.present:
             for dep in _deps(entry.item, root, bill):
                 entries.append(Entry(dep, _present(dep, manifest)))
+    _plan_apt(entries, manifest, log)
     return entries
+
+
+def _plan_apt(entries: list[Entry], manifest: store.Manifest, log) -> None:
+    """The packages of the deb sets, when one is not in the mirror: every set, the bill's and those the
+    mirror holds from earlier syncs, resolved from the same package lists (one snapshot; a set of an
+    earlier sync that no longer resolves is dropped, said in the log); a set whose closure is what the
+    mirror holds stays present."""
+    debs = [e for e in entries if e.item.kind == "deb"]
+    if all(e.present for e in debs):
+        return
+    wanted = {e.item.key for e in debs}
+    for key, record in sorted(manifest.items.items()):
+        if key.startswith("deb:") and key[len("deb:"):] not in wanted:
+            item = bom.Item("deb", key[len("deb:"):], specs=list(record["specs"]), arch=record["arch"],
+                            index={"without_recommends": list(record.get("without_recommends", [])),
+                                   "repositories": list(record.get("repositories", []))},
+                            wanted_by=list(record.get("wanted_by") or []) or ["an earlier sync"])
+            debs.append(Entry(item, True, detail={"earlier": True}))
+    # A package of several sets is counted once, in the first.
+    held = {rel.rsplit("/", 1)[-1] for rel in manifest.files if rel.startswith(f"{APT_DIR}/pool/")}
+    for entry in debs:
+        try:
+            packages = apt.closure(entry.item)
+        except FetchError as exc:
+            if entry.detail.get("earlier"):
+                log(f"deb      {entry.item.key}: of an earlier sync, no longer resolves, dropped: {exc}")
+                entry.detail["drop"] = True
+                entries.append(entry)
+                continue
+            entry.present, entry.error = False, str(exc)
+            continue
+        entry.detail["packages"] = packages
+        record = manifest.items.get(f"deb:{entry.item.key}") or {}
+        same = sorted(p["file"] for p in record.get("packages", [])) == sorted(p["file"] for p in packages)
+        entry.present = same and _present(entry.item, manifest)
+        entry.size = sum(p["size"] for p in packages if apt.pool_name(p) not in held)
+        held |= {apt.pool_name(p) for p in packages}
+        if entry.detail.get("earlier"):
+            entries.append(entry)
 
 
 def _size(entry: Entry) -> None:
@@ -96,6 +142,7 @@ def _size(entry: Entry) -> None:
     elif item.kind == "model":
         sizes = [fetch.head_size(f"{item.sources[0].rstrip('/')}/{f['name']}") for f in item.files]
         entry.size = sum(s or 0 for s in sizes) or item.size_hint
+    # deb: all sets together (_plan_apt)
 
 
 def _deps(item: bom.Item, root: Path, bill: bom.Bill) -> list[bom.Item]:
@@ -122,9 +169,12 @@ def _deps(item: bom.Item, root: Path, bill: bom.Bill) -> list[bom.Item]:
 
 # ---------------------------------------------------------------- the sync
 
-def sync(bill: bom.Bill, root: Path, *, check: bool = False, log=print) -> Summary:
+def sync(bill: bom.Bill, root: Path, *, check: bool = False, apt_key: str = "", log=print) -> Summary:
+    """Fill `root` with the bill (`check`: say what, and how large, and fetch nothing); `apt_key` names the
+    operator's GnuPG key that signs the apt repository (else the mirror's own, in keys/)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
+    apt.new_sync()
     entries = plan(bill, root, log)
     summary = Summary(entries, skipped=list(bill.skipped))
     _print_plan(entries, bill, log)
@@ -139,7 +189,10 @@ def sync(bill: bom.Bill, root: Path, *, check: bool = False, log=print) -> Summa
         log(f"refused: {summary.refused}")
         return summary
     manifest = store.Manifest(root)
-    queue = [e for e in entries if not e.present]
+    for entry in entries:
+        if entry.detail.get("drop"):
+            manifest.items.pop(f"deb:{entry.item.key}", None)
+    queue = [e for e in entries if not e.present and not e.detail.get("drop")]
     done = 0
     while queue:
         entry = queue.pop(0)
@@ -168,6 +221,13 @@ def sync(bill: bom.Bill, root: Path, *, check: bool = False, log=print) -> Summa
     if any(e.item.kind == "pip" for e in entries):
         store.write_simple_index(root)
     manifest.save()
+    if any(k.startswith("deb:") for k in manifest.items):
+        try:
+            _publish_apt(manifest, apt_key, summary, log)
+        except FetchError as exc:
+            summary.failed.append(f"the apt repository {APT_DIR}/: {exc}")
+            log(f"apt repository: FAILED: {exc}")
+        manifest.save()
     _print_summary(summary, log)
     return summary
 
@@ -249,7 +309,72 @@ def _model(entry: Entry, manifest: store.Manifest, log) -> int:
     return max(_tree_size(local) - before, 0)
 
 
-_FETCHERS = {"artifact": _artifact, "git": _git, "pip": _pip, "model": _model}
+def _deb(entry: Entry, manifest: store.Manifest, log) -> int:
+    """A host's packages with their dependencies, into the cache; the repository is built once every item is
+    done (_publish_apt), which records where each of its files is in the pool."""
+    item = entry.item
+    packages = entry.detail.get("packages") or apt.closure(item)
+    received = apt.download(item, packages)
+    manifest.items[f"deb:{item.key}"] = {
+        "specs": item.specs, "without_recommends": item.index.get("without_recommends", []), "arch": item.arch,
+        "repositories": item.index.get("repositories", []), "files": [], "wanted_by": item.wanted_by,
+        "packages": [{k: p[k] for k in ("name", "version", "arch", "file", "size", "component", "uri")}
+                     for p in packages]}
+    return received
+
+
+def _publish_apt(manifest: store.Manifest, apt_key: str, summary: Summary, log) -> None:
+    """Build the apt repository again when the packages of the deb sets, or the key, differ from what it
+    was built of, or a file of it is missing; each package from the cache, else from the current pool."""
+    root = manifest.root
+    records = {k: r for k, r in manifest.items.items() if k.startswith("deb:")}
+    packages = {(p["component"], p["file"]): p for r in records.values() for p in r["packages"]}
+    built = manifest.items.get(APT_REPOSITORY) or {}
+    # An operator's key, once named, stays the key of later syncs until another is named.
+    named = apt_key or ("" if built.get("own", True) else built.get("fingerprint", ""))
+    key = apt.signing_key(root, named, log)
+    try:
+        debs = sorted(f"{c}/{f}" for c, f in packages)
+        if built.get("debs") != debs or built.get("fingerprint") != key.fingerprint \
+                or not all(manifest.has_file(rel) for rel in built.get("files") or [""]):
+            _build_apt(manifest, records, packages, key, log)
+            files = [rel for rel in sorted(manifest.files) if rel.startswith(f"{APT_DIR}/")]
+            manifest.items[APT_REPOSITORY] = {"debs": debs, "fingerprint": key.fingerprint, "own": key.own,
+                                              "files": files}
+    finally:
+        apt.release(key)
+    files = manifest.items[APT_REPOSITORY]["files"]
+    size = sum(manifest.files[r]["size"] for r in files if r.endswith(".deb"))
+    summary.apt = (f"apt repository {APT_DIR}/: {len(packages)} package(s), {human(size)}, "
+                   f"signed by {key.fingerprint}")
+
+
+def _build_apt(manifest: store.Manifest, records: dict, packages: dict, key, log) -> None:
+    root = manifest.root
+    pool = {(rel.split("/")[2], rel.rsplit("/", 1)[-1]): root / rel for rel in manifest.files
+            if rel.startswith(f"{APT_DIR}/pool/")}
+    debs = []
+    for (component, file), package in sorted(packages.items()):
+        path = apt.cached(package) or pool.get((component, apt.pool_name(package)))
+        if path is None or not path.is_file():
+            raise FetchError(f"{file} is neither in the cache nor in the mirror's pool: sync again to fetch it")
+        debs.append((component, path))
+    # The old pool's files are read before the new repository replaces them.
+    architectures = sorted({DEB_ARCH.get(r["arch"], r["arch"]) for r in records.values()})
+    started = time.monotonic()
+    files = apt.publish(root, debs, architectures, key, log)
+    for rel in [r for r in manifest.files if r.startswith(f"{APT_DIR}/")]:
+        del manifest.files[rel]
+    for rel in files:
+        manifest.add_file(rel)
+    where = {(rel.split("/")[2], rel.rsplit("/", 1)[-1]): rel for rel in files if rel.startswith(f"{APT_DIR}/pool/")}
+    for record in records.values():
+        record["files"] = sorted(where[(p["component"], apt.pool_name(p))] for p in record["packages"])
+    log(f"apt repository {APT_DIR}/: built of {len(debs)} package(s) in {time.monotonic() - started:.1f} s, "
+        f"signed by {key.fingerprint}")
+
+
+_FETCHERS = {"artifact": _artifact, "git": _git, "pip": _pip, "model": _model, "deb": _deb}
 
 
 def _tree_size(path: Path) -> int:
@@ -273,14 +398,21 @@ def _progress(name: str, log):
 def _print_plan(entries: list[Entry], bill: bom.Bill, log) -> None:
     for entry in entries:
         item = entry.item
+        if entry.detail.get("drop"):
+            continue  # said by _plan_apt
         size = human(entry.size) if entry.size is not None else "size known after fetching"
         what = "present" if entry.present else (f"FAILS: {entry.error}" if entry.error else f"to fetch, {size}")
         log(f"{item.kind:8} {item.key}: {what}")
         if item.kind == "pip" and not entry.present:
             for wheel in entry.detail.get("wheels", []):
                 log(f"           {wheel['name']}=={wheel['version']}")
+        if item.kind == "deb" and not entry.present:
+            for package in entry.detail.get("packages", []):
+                log(f"           {package['name']}={package['version']} {package['arch']} ({package['component']}, "
+                    f"{human(package['size'])})")
     for line in bill.skipped:
         log(f"skipped  {line}")
+    entries = [e for e in entries if not e.detail.get("drop")]
     missing = [e for e in entries if not e.present]
     total = sum(e.size or 0 for e in missing)
     unknown = sum(e.size is None for e in missing)
@@ -295,3 +427,5 @@ def _print_summary(summary: Summary, log) -> None:
         log(f"failed: {line}")
     for line in summary.skipped:
         log(f"skipped: {line}")
+    if summary.apt:
+        log(summary.apt)
