@@ -111,10 +111,11 @@ def test_a_canary_on_a_slow_release_is_refused_by_the_bench_gate_and_rolled_back
     # The stand-in answers at once: its speed is the machine's, which varies with the load (4.6x
     # between two runs on 2026-12-03), and so does its time to the first token, which is tens of
     # milliseconds (25 ms, then 65 ms for the same release on 2026-12-05, beside five other labs).
-    # Wide tolerances, which the slow release (0.2 s before each streamed piece: about 30 times
-    # slower, and at least 0.2 s to the first token) is still far outside.
+    # The widest tolerances the classes allow (percentages up to 100), which the slow release
+    # (0.2 s before each streamed piece: about 30 times slower, and at least 0.2 s to the first
+    # token) is still far outside.
     for node in NODES:
-        set_host_vars(node, fleet_canary_speed_drop_percent=90, fleet_canary_ttft_rise_percent=500)
+        set_host_vars(node, fleet_canary_speed_drop_percent=90, fleet_canary_ttft_rise_percent=100)
     try:
         for change in (None, None, slow_matrix):
             for node in NODES:
