@@ -7,6 +7,7 @@ Thin wrappers: the logic lives in the `vllm_fleet` package so that the roles,
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
 from pathlib import Path
@@ -87,6 +88,53 @@ def fleet_validation_not_skipped(pattern, groups=None, limit=None, sources=None)
             f"{why} would skip the validation of the inventory, which every run makes before it touches a "
             "host; accepted: --tags and --skip-tags of other tags, -l to choose hosts (validation is quick: "
             "it contacts no host)")
+    return pattern
+
+
+def _verdict_file() -> Path:
+    """Where the validation play leaves its verdict for the play after it: a file in this run's own
+    temporary directory (Ansible's DEFAULT_LOCAL_TMP: made private by ansible-playbook's process for
+    this one run and removed when it ends; the workers it forks, where tasks render, see the same path)."""
+    from ansible import constants as C  # noqa: PLC0415, N812 - Ansible's own spelling
+
+    return Path(C.DEFAULT_LOCAL_TMP) / "vllm-fleet-validation.json"
+
+
+def fleet_validation_verdict_write(problems):
+    """Write the validation play's verdict (its problems, [] when valid) where the play after it reads
+    it, and return how many problems it has. A filter, not a copy task: the copy module costs a
+    Python process on the controller (1.7 s of a 1 s validation on the 2-core CI machine); this
+    writes from the worker that renders it, in check mode too."""
+    path = _verdict_file()
+    path.write_text(json.dumps([str(p) for p in _plain(problems)]))
+    path.chmod(0o600)
+    return len(problems)
+
+
+def fleet_validation_verdict(pattern):
+    """`pattern` when the validation play before found no problem (playbooks/validate.yml). Otherwise
+    the run stops here, at this play's `hosts:`, before any task: ansible-playbook then exits 4, the
+    code vllm-fleet gives a refused inventory (a failed task could only make it 2, a failed host),
+    with the same sentences. No verdict (the play before never wrote one) stops the run too. The
+    verdict is read once: a later import of validate.yml in the same run judges again."""
+    from ansible import context  # noqa: PLC0415 - the command line of this ansible-playbook
+
+    args = context.CLIARGS or {}
+    if any(args.get(k) for k in ("syntax", "listhosts", "listtasks", "listtags")):
+        return pattern  # nothing runs: no verdict was written
+    path = _verdict_file()
+    try:
+        problems = json.loads(path.read_text())
+        path.unlink()
+    except (OSError, ValueError) as exc:
+        raise AnsibleFilterError(
+            f"The inventory was not validated: the play 'Validate the inventory' left no verdict ({exc}); "
+            "nothing was changed on any host") from exc
+    if not isinstance(problems, list):
+        raise AnsibleFilterError(f"The inventory was not validated: its verdict is no list ({path})")
+    if problems:
+        raise AnsibleFilterError("\n  - ".join(
+            ["The inventory is invalid; nothing was changed on any host:"] + [str(p) for p in problems]))
     return pattern
 
 
@@ -257,8 +305,9 @@ def fleet_router_routes(hostvars, node):
 def fleet_inventory_report(hostvars, hosts, sources=None, strict=False, checksums=False):
     """{problems, warnings} of the inventory for `hosts`: fleet_inventory_problems', then every
     warning of the run (vllm_fleet.validation.run_warnings: the precedence surprises of its files,
-    placeholder checksums, releases whose serve flags cannot be checked), each a warning, or a
-    problem with `strict` (all of them) or `checksums` (the placeholder checksums)."""
+    placeholder checksums, releases whose serve flags cannot be checked, a mirror's apt key trusted on
+    first use), each a warning, or a problem with `strict` (all of them) or `checksums` (the
+    placeholder checksums)."""
     from vllm_fleet import validation  # noqa: PLC0415 - jsonschema: only in its filters
 
     problems, every = fleet_inventory_problems(hostvars, hosts, sources)
@@ -491,6 +540,19 @@ def fleet_mirror_apt_source(url, enabled=True):
     return layout.apt_source(str(url or "")) if enabled else {}
 
 
+def fleet_openpgp_key(key):
+    """What an ASCII-armored OpenPGP public key is: {fingerprints, problem}, the v4 fingerprint of each of
+    its primary keys (40 upper-case hex digits) or why it is none ([] and a sentence); roles/blocks/apt_mirror
+    checks the mirror's key against fleet_mirror_apt_key_fingerprint with it. Hand-written
+    (vllm_fleet/mirror/openpgp.py): the controller need not have gpg, and python-gnupg only drives gpg."""
+    from vllm_fleet.mirror import openpgp  # noqa: PLC0415
+
+    try:
+        return {"fingerprints": openpgp.fingerprints(str(key or "")), "problem": ""}
+    except ValueError as exc:
+        return {"fingerprints": [], "problem": str(exc)}
+
+
 def fleet_mirror_sources(entry, url, kind):
     """The URLs a node fetches a matrix entry from: its place in the mirror, else its own sources."""
     from vllm_fleet.mirror import layout  # noqa: PLC0415
@@ -553,6 +615,8 @@ class FilterModule:
     def filters(self):
         return {
             "fleet_validation_not_skipped": fleet_validation_not_skipped,
+            "fleet_validation_verdict": fleet_validation_verdict,
+            "fleet_validation_verdict_write": fleet_validation_verdict_write,
             "fleet_plan_files": fleet_plan_files,
             "fleet_plan_dir_problem": fleet_plan_dir_problem,
             "fleet_inventory_report": fleet_inventory_report,
@@ -569,6 +633,7 @@ class FilterModule:
             "fleet_node_source": fleet_node_source,
             "fleet_mirror_sources": fleet_mirror_sources,
             "fleet_mirror_apt_source": fleet_mirror_apt_source,
+            "fleet_openpgp_key": fleet_openpgp_key,
             "fleet_mirror_model_url": fleet_mirror_model_url,
             "fleet_mirror_problems": fleet_mirror_problems,
             "fleet_mirror_sums": fleet_mirror_sums,

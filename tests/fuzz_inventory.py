@@ -417,6 +417,8 @@ class Generator:
             self.add("secrets", host, path, with_credentials, note="credentials in a URL")
             self.add("secrets", host, path, value.replace("://", "://ghp_fuzzTokenAsTheUserPart0123@", 1),
                      note="a token as a URL's user")
+            self.add("secrets", host, path, value + ("&" if "?" in value else "?") + "access_token=fuzzQueryToken0123",
+                     note="a token in a URL's query")
             # and a URL that is wrong besides: the problem that quotes it must not show the password
             self.add("secrets", host, path, with_credentials.replace("://", ":// ", 1) + " x",
                      note="credentials in a URL with spaces")
@@ -1285,8 +1287,8 @@ def site_playbook(inventory: Path) -> subprocess.CompletedProcess:
 
 
 def refusal_lines(output: str) -> list[str]:
-    """The problems the validation play's failed assert lists, in ansible-playbook's output."""
-    block = output.split("The inventory is invalid", 1)[1].split("Origin:", 1)[0] if "The inventory is invalid" \
+    """The problems of a refusal (the verdict play's error, the last listing), in ansible-playbook's output."""
+    block = output.rsplit("The inventory is invalid", 1)[1].split("Origin:", 1)[0] if "The inventory is invalid" \
         in output else ""
     return [line.strip()[2:] for line in block.splitlines() if line.strip().startswith("- ")]
 

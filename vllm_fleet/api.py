@@ -113,7 +113,8 @@ class RunResult:
     orphaned: dict[str, list[str]] = field(default_factory=dict)
     #: What validation warned about (roles/stages/validate_inventory, vllm_fleet.validation.run_warnings): a
     #: value that never reaches a host, a variable nothing reads, placeholder checksums, a vLLM release
-    #: whose serve flags could not be checked; refused instead with --strict.
+    #: whose serve flags could not be checked, a mirror's apt key trusted on first use; refused instead
+    #: with --strict.
     warnings: list[str] = field(default_factory=list)
     #: Per host, what doctor compared: rows of {component, kind, expected, installed, ok, detail}.
     components: dict[str, list[dict]] = field(default_factory=dict)
@@ -125,8 +126,8 @@ class RunResult:
     rollout: dict | None = None
 
     def __post_init__(self):
-        # Validation stops the run at its first host (the assert runs once): the recap would
-        # show that host failed and the others ok. Say instead which hosts have problems.
+        # Validation judges every host at once and stops the run before any is touched: say which
+        # hosts have problems.
         if self.problems:
             for host, r in self.hosts.items():
                 r.invalid = any(p.startswith(f"host {host}:") for p in self.problems)
@@ -293,6 +294,9 @@ class _Collector:
         self.handler = handler
         self.failures: list[TaskFailure] = []
         self.stats: dict[str, dict] = {}
+        #: Per host, the ok tasks its events showed: the recap's stand-in when Ansible stopped before
+        #: its recap (a refused inventory stops the run at the verdict play's `hosts:`).
+        self.seen: dict[str, int] = {}
         self.problems: list[str] = []
         self.task_durations: dict[str, float] = {}
         self.check_stopped: dict[str, str] = {}
@@ -315,6 +319,8 @@ class _Collector:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         self.task_events += kind.startswith("runner_on_")
+        if kind.startswith("runner_on_") and data.get("host"):
+            self.seen[str(data["host"])] = self.seen.get(str(data["host"]), 0) + (kind == "runner_on_ok")
         if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res") or {}
             message = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
@@ -331,6 +337,10 @@ class _Collector:
             report = facts.get("_validate_inventory_report")
             if kind == "runner_on_ok" and isinstance(report, dict) and isinstance(report.get("warnings"), list):
                 self.warnings = [str(w) for w in report["warnings"]]
+            # The verdict: the run stops at the next play's `hosts:` (playbooks/validate.yml), which
+            # is no task event; the problems are the report's.
+            if kind == "runner_on_ok" and isinstance(report, dict) and report.get("problems"):
+                self.problems = [str(p) for p in report["problems"]]
             for name in ORPHANED_FACTS:
                 if kind == "runner_on_ok" and isinstance(facts.get(name), list):
                     host = data.get("host", "?")
@@ -361,6 +371,8 @@ class _Collector:
                                "installed": list(state.get("installed") or [])}
 
     def hosts(self) -> dict[str, HostResult]:
+        if not self.stats:
+            return {h: HostResult(host=h, ok=ok) for h, ok in self.seen.items()}
         return {h: HostResult(host=h, **counts) for h, counts in self.stats.items()}
 
     def final_failures(self) -> list[TaskFailure]:

@@ -15,7 +15,8 @@
 Every command that runs a playbook prints validation's warnings (`warning:` lines; "warnings" in
 --json) and takes --strict: validation refuses, with exit 4, what it would otherwise warn about (a
 value the inventory sets that never reaches a host, a variable nothing reads, placeholder checksums,
-a pinned vLLM release whose serve flags cannot be checked). `status` prints the same warnings.
+a pinned vLLM release whose serve flags cannot be checked, a mirror's apt key trusted on first use).
+`status` prints the same warnings.
 
 Every command that reads an inventory acts only on the one named with -i: there is no default
 (neither the lab's nor the checkout's), and a command without one exits 64 saying so.

@@ -56,7 +56,8 @@ def ray_listeners(span: dict, role: str) -> list[tuple[str, int, int]]:
 
 def governed_options(options: list) -> list[str]:
     """The `ray start` options of `options` that RAY_GOVERNED_OPTIONS keeps to vllm-fleet."""
-    return [str(o) for o in options if isinstance(o, str) and o.split("=", 1)[0].strip() in RAY_GOVERNED_OPTIONS]
+    return [str(o) for o in options
+            if isinstance(o, str) and (o.split("=", 1)[0].split() or [""])[0] in RAY_GOVERNED_OPTIONS]
 
 
 def cluster_address(host: str, host_vars: dict) -> str:

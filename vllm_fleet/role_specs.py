@@ -36,15 +36,27 @@ def role_names() -> frozenset[str]:
 
 
 @lru_cache(maxsize=1)
-def role_classes() -> dict[str, str]:
-    """Every role option -> its declared class, from roles/<layer>/*/meta/classes.yml (the classes and
-    their rules: vllm_fleet/validation/classes.py)."""
+def _declared_classes() -> dict[str, str]:
     classes: dict[str, str] = {}
     for path in [d / "meta" / "classes.yml" for d in role_dirs()]:
         if not path.is_file():
             continue
         classes.update({str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()})
     return classes
+
+
+@lru_cache(maxsize=1)
+def role_classes() -> dict[str, str]:
+    """Every role option -> its declared class, from roles/<layer>/*/meta/classes.yml (the classes and
+    their rules: vllm_fleet/validation/classes.py)."""
+    return {k: v for k, v in _declared_classes().items() if "." not in k}
+
+
+@lru_cache(maxsize=1)
+def suboption_classes() -> dict[tuple[str, str], str]:
+    """(option, suboption) -> class, for the suboptions whose class differs from what their type says
+    (`nvidia_driver_apt_repositories.key: armored`, a key on several lines), from the same files."""
+    return {tuple(k.split(".", 1)): v for k, v in _declared_classes().items() if "." in k}
 
 
 @lru_cache(maxsize=1)

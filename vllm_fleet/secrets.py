@@ -177,16 +177,25 @@ TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", 
 TOKEN_LENGTH = 20
 
 
+#: A credential in a URL's query or fragment (?token=..., &access_token=..., &X-Amz-Signature=...,
+#: ?sig=... of a shared access signature, ?key=... of an API key): a parameter whose name is, or ends
+#: in (after '_', '-' or '.'), a word for a key, token, password or signature.
+_QUERY_CREDENTIAL = re.compile(
+    r"(?P<lead>[?&;#](?:[A-Za-z0-9]+[_.-])*"
+    r"(?:(?:access|auth|private|refresh|id|session|api|bearer)?token|secret|password|passwd|pwd|api[_-]?key|"
+    r"access[_-]?key|signature|credential|auth|authorization|sig|key|sas)=)(?P<value>[^&#\s'\"\\]+)", re.I)
+
+
 def _token_user(user: str) -> bool:
     return user.startswith(TOKEN_PREFIXES) or len(user) >= TOKEN_LENGTH
 
 
 def url_has_credentials(value: Any) -> bool:
     """Whether `value` is (or holds) a URL carrying a credential: a password (scheme://user:password@host)
-    or a token as its user part (scheme://ghp_...@host), however mangled the rest of it is. A
-    plain user name (ssh://git@host) is none."""
+    or a token as its user part (scheme://ghp_...@host), or in its query (?token=..., &sig=...),
+    however mangled the rest of it is. A plain user name (ssh://git@host) is none."""
     return isinstance(value, str) and (bool(URL_CREDENTIALS.match(value.strip())) or (
-        "://" in value and (bool(_CREDENTIALS_IN_TEXT.search(value))
+        "://" in value and (bool(_CREDENTIALS_IN_TEXT.search(value)) or bool(_QUERY_CREDENTIAL.search(value))
                             or any(_token_user(m.group("user")) for m in _TOKEN_USER.finditer(value)))))
 
 
@@ -194,5 +203,7 @@ def redact_credentials(text: str) -> str:
     """`text` with the password of every user:password@ masked, wherever a URL carries one: a
     message never prints credentials, whatever variable (clear or secret) they came in."""
     text = _CREDENTIALS_IN_TEXT.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    if "://" in text:
+        text = _QUERY_CREDENTIAL.sub(lambda m: f"{m.group('lead')}{MASK}", text)
     return _TOKEN_USER.sub(lambda m: f"{m.group('scheme')}{MASK}@" if _token_user(m.group("user")) else m.group(0),
                            text)

@@ -140,6 +140,12 @@ def fill_mirror(paths, node, inv_dir: Path, log=print) -> None:
     log(f"mirror filled: {len(summary.fetched)} item(s) fetched, {summary.received} bytes")
     if summary.apt:  # the hosts' distribution packages, signed with a key the sync created in the mirror's keys/
         log(summary.apt)
+    if summary.apt_fingerprint:  # pinned, as a site's operator copies the sync's "pin it:" line
+        pin = inv_dir / "group_vars" / "all" / "mirror-key.yml"
+        pin.parent.mkdir(parents=True, exist_ok=True)
+        pin.write_text("---\n# The key of the mirror's apt repository as `vllm-fleet mirror sync` printed it,\n"
+                       "# written by `lab up` after its sync: each host's apt refuses any other.\n"
+                       f'fleet_mirror_apt_key_fingerprint: "{summary.apt_fingerprint}"\n')
 
 
 def status(name: str = DEFAULT_LAB) -> list[dict]:

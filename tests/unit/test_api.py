@@ -189,6 +189,26 @@ def test_rescued_failures_do_not_count():
     assert r.failed_hosts == ["b"] and r.hosts["a"].status == "changed"
 
 
+def test_a_refusal_at_the_verdict_play_is_the_reports_problems_and_exit_4():
+    """The refusal is no task event (the run stops at the verdict play's `hosts:`, rc 4): the problems
+    are the validation report's, and no host is counted failed."""
+    problem = "host a: fleet_serve_base_port = 80 (an integer): is out of range"
+    events = [
+        {"event": "runner_on_ok",
+         "event_data": {"host": "a", "task": "Collect every problem", "role": api.VALIDATION_ROLE,
+                        "res": {"ansible_facts": {"_validate_inventory_report": {"problems": [problem],
+                                                                                 "warnings": ["w"]}}}}},
+        {"event": "playbook_on_stats", "event_data": {"ok": {"a": 3}, "processed": {"a": 1}}},
+    ]
+    r = api.result_from_events(events, rc=4)
+    assert r.problems == [problem] and r.warnings == ["w"] and r.failed_hosts == []
+    assert r.exit_code == api.EXIT_INVALID_INVENTORY and r.invalid_hosts == ["a"]
+    assert "The inventory is invalid; nothing was changed on any host:" in str(r)
+    # A valid report carries no problems: nothing to refuse.
+    events[0]["event_data"]["res"]["ansible_facts"]["_validate_inventory_report"]["problems"] = []
+    assert api.result_from_events(events, rc=0).exit_code == api.EXIT_OK
+
+
 def test_check_mode_stops_are_reported_per_host():
     """In check mode a node whose next step needs what a real run would first create is
     reported with the reason, not as a failure."""

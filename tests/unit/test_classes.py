@@ -20,7 +20,8 @@ TYPES = {**{c: {"int", "float"} for c in classes.NUMBER_RANGES}, "number": {"int
          "path": {"path", "str"}, "executable": {"path", "str"}, "secret": {"str", "raw"}, "secrets": {"dict", "list"},
          "address": {"str"}, "duration": {"str"}, "mode": {"str"}, "url": {"str"}, "urls": {"list"},
          "account": {"str"}, "accounts": {"list"}, "name": {"str"}, "choice": {"str"}, "env": {"dict"},
-         "serial": {"raw"}, "text": {"str", "raw"}, "list": {"list"}, "mapping": {"dict"}}
+         "serial": {"raw"}, "fingerprint": {"str"}, "armored": {"str"}, "text": {"str", "raw"}, "list": {"list"},
+         "mapping": {"dict"}}
 
 
 def test_every_role_option_declares_a_known_class_of_its_type():
@@ -42,7 +43,8 @@ def test_each_roles_classes_are_its_own_options():
         spec = yaml.safe_load(path.read_text())["argument_specs"]["main"].get("options") or {}
         file = path.parent / "classes.yml"
         declared = (yaml.safe_load(file.read_text()) or {}) if file.exists() else {}
-        assert set(declared) == set(spec), role  # a role without options has no classes.yml
+        # A suboption's own class (`option.key: armored`) names one of the role's options too.
+        assert {k.split(".", 1)[0] for k in declared} == set(spec), role  # no options: no classes.yml
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +99,54 @@ def test_an_environment_takes_identifiers_only(example):
 def test_a_url_list_is_a_list_of_urls(example):
     problems = _judge(example, "nvidia-01", fleet_pip_extra_index_urls=["https://pypi.internal/simple", "not a url"])
     assert any(p.startswith("host nvidia-01: fleet_pip_extra_index_urls") for p in problems), problems
+
+
+# ------------------------------------------------------------------ the one value on several lines
+
+@pytest.fixture(scope="module")
+def armored_key(tmp_path_factory):
+    """A real ASCII-armored OpenPGP public key, as `gpg --armor --export` writes it."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("gpg"):
+        pytest.skip("gpg is not installed (scripts/setup installs gnupg)")
+    home = tmp_path_factory.mktemp("gnupg")
+    home.chmod(0o700)
+    run = {"check": True, "capture_output": True, "text": True, "timeout": 120}
+    subprocess.run(["gpg", "--batch", "--homedir", str(home), "--passphrase", "", "--quick-gen-key",
+                    "apt-test", "ed25519", "sign", "never"], **run)
+    return subprocess.run(["gpg", "--homedir", str(home), "--armor", "--export", "apt-test"], **run).stdout
+
+
+def test_an_armored_key_on_several_lines_is_legal_where_declared(example, armored_key):
+    repo = {"name": "r", "uris": ["https://apt.internal/ubuntu"], "suites": ["jammy"], "components": ["main"],
+            "key": armored_key}
+    assert "\n" in armored_key.strip()
+    for var in ("nvidia_driver_apt_repositories", "nvidia_container_toolkit_apt_repositories"):
+        assert _judge(example, "nvidia-01", **{var: [repo]}) == [], var
+
+
+@pytest.mark.parametrize("key", ["-----BEGIN PGP PUBLIC KEY BLOCK-----\nabc\n-----END PGP PUBLIC KEY BLOCK-----\x00",
+                                 "not a key\nExecStartPre=/bin/sh", "-----BEGIN PGP PUBLIC KEY BLOCK-----\nno end"])
+def test_a_declared_armored_value_must_be_an_armored_block(example, key):
+    repo = {"name": "r", "uris": ["https://apt.internal/ubuntu"], "suites": ["jammy"], "key": key}
+    problems = _judge(example, "nvidia-01", nvidia_driver_apt_repositories=[repo])
+    assert any(p.startswith("host nvidia-01: nvidia_driver_apt_repositories[0].key = ") and "armored" in p
+               for p in problems), problems
+
+
+def test_an_armored_block_anywhere_else_is_refused_for_its_newlines(example, armored_key):
+    problems = _judge(example, "nvidia-01", fleet_serve_env={"KEY": armored_key})
+    assert any("fleet_serve_env.KEY" in p and "U+000A" in p for p in problems), problems
+    # ... and so is a repository's other field.
+    repo = {"name": "r", "uris": ["https://apt.internal/ubuntu"], "suites": ["jammy\nevil"], "key": armored_key}
+    problems = _judge(example, "nvidia-01", nvidia_driver_apt_repositories=[repo])
+    assert any("suites[0]" in p and "U+000A" in p for p in problems), problems
+
+
+def test_every_declared_suboption_class_is_a_suboption_of_its_option():
+    options = role_specs.role_options()
+    for (name, sub), cls in role_specs.suboption_classes().items():
+        assert cls in classes.CLASSES, (name, sub, cls)
+        assert sub in (options[name][1].get("options") or {}), (name, sub)

@@ -155,10 +155,10 @@ def test_stopped_mutations_stop_provision(base_inventory, verdicts, tmp_path):
         assert code == 4, (v.mutation.label, code, result)
         problems = result.get("problems") or []
         assert any(fz.names_variable(p, v.mutation.accepted_names()) for p in problems), (v.mutation.label, problems)
-        # Plain ansible-playbook site.yml refuses it in its validation play, with the same sentences
-        # (its exit is a failed task's, 2: docs/usage.md); should validation let it through, its
-        # first connection goes to a closed port on loopback.
+        # Plain ansible-playbook site.yml refuses it after its validation play, with the same sentences
+        # and the same exit, 4 (docs/usage.md); should validation let it through, its first
+        # connection goes to a closed port on loopback.
         proc = fz.site_playbook(inventory)
         played = fz.refusal_lines(proc.stdout + proc.stderr)
-        assert proc.returncode == 2 and proc.stdout.count("PLAY [") == 1, (v.mutation.label, proc.stdout[-2000:])
+        assert proc.returncode == 4 and proc.stdout.count("PLAY [") == 1, (v.mutation.label, proc.stdout[-2000:])
         assert set(problems) <= set(played), (v.mutation.label, set(problems) - set(played))

@@ -192,7 +192,8 @@ def test_each_host_gets_the_packages_its_groups_roles_install():
     assert not any(s.startswith("nvidia-container") for s in n1.specs)    # host mode: no container toolkit
     assert "prometheus-node-exporter" not in n1.index["without_recommends"]  # no monitoring host
     assert r1.specs == ["haproxy", "nginx-light", "python3-apt", "python3-venv"]   # the inventory's router_packages
-    assert x1.specs == sorted(role_default("mirror_packages") + ["python3-apt"]) and not x1.index["repositories"]
+    assert x1.specs == sorted(role_default("mirror_packages") + role_default("mirror_registry_packages")
+                              + ["python3-apt"]) and not x1.index["repositories"]
     assert "n1: the distribution's packages (node_base_packages, " in n1.wanted_by[0]
 
     sets = _sets(_fleet(groups={"monitoring": ["m1"]}, fleet_deploy_mode="container") | {

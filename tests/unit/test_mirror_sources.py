@@ -43,6 +43,8 @@ def test_with_a_mirror_every_source_of_a_node_is_its_place_in_the_mirror():
     assert layout.source_default(url, "fleet_pip_index_url") == f"{url}/pypi/simple/"
     assert layout.source_default(url, "fleet_github_mirror") == f"{url}/git/github.com"
     assert layout.source_default(url, "fleet_artifact_base_url") == f"{url}/artifacts/"
+    assert layout.node_source(url, "fleet_container_registry", "registry.example/quay") == "10.0.0.5:8081"
+    assert layout.node_source("", "fleet_container_registry", "registry.example/quay") == "registry.example/quay"
     assert layout.source_default(url, "fleet_pip_trusted_hosts") == ["10.0.0.5"]
     assert layout.source_default("https://m.internal", "fleet_pip_trusted_hosts") == []
     assert layout.source_default("", "fleet_pip_index_url") == ""
@@ -140,7 +142,8 @@ def _run(playbook: Path, inv: Path, port: int, *args: str) -> subprocess.Complet
 
 SHOW = ("{{ {'pip': _fleet_pip_index_url, 'trusted': _fleet_pip_trusted_hosts, 'github': _fleet_github_mirror,"
         " 'base': _fleet_artifact_base_url, 'vllm': fleet_matrix.vllm | fleet_mirror_sources(fleet_mirror_url,"
-        " 'git_source'), 'apt': _fleet_apt_source.uris, 'key': _fleet_apt_source.key_url} | to_json }}")
+        " 'git_source'), 'apt': _fleet_apt_source.uris, 'key': _fleet_apt_source.key_url,"
+        " 'registry': _fleet_container_registry} | to_json }}")
 
 
 @pytest.mark.ansible
@@ -161,7 +164,8 @@ def test_a_node_sees_every_source_at_the_mirror(site, tmp_path):
     url = f"http://127.0.0.1:{port}"
     for want in (f'"pip": "{url}/pypi/simple/"', '"trusted": ["127.0.0.1"]', f'"github": "{url}/git/github.com"',
                  f'"base": "{url}/artifacts/"', f'"vllm": ["{url}/git/github.com/vllm-project/vllm.git"]',
-                 f'"apt": ["{url}/apt"]', f'"key": "{url}/apt/vllm-fleet-mirror.asc"'):
+                 f'"apt": ["{url}/apt"]', f'"key": "{url}/apt/vllm-fleet-mirror.asc"',
+                 f'"registry": "127.0.0.1:{port}"'):
         assert want.replace('"', '\\"') in proc.stdout, proc.stdout
 
 

@@ -397,9 +397,7 @@ def test_musa_environment_is_seed_004s(host_plan, name, env):
 
 #: Roles that write files on a host but whose files no plan shows yet, each with its reason: a
 #: new role with templates fails test_every_role_template_is_planned until it is planned or listed.
-NOT_PLANNED = {
-    "apt_packages": "a vendor's apt repository and pins: rendered per call of the driver roles, not yet planned",
-}
+NOT_PLANNED: dict[str, str] = {}
 #: Where each role gives the plan its files: the files that name its templates (and the file
 #: lists in its templates/*.json.j2, which these name).
 PLAN_SOURCES = ("vars/main.yml", "tasks/plan.yml")
@@ -468,7 +466,8 @@ def test_every_role_that_writes_files_is_in_the_plan():
     writers = {name for name in layered if (ROOT / "roles" / name / "templates").is_dir()
                and name.split("/")[-1] not in NOT_PLANNED}
     planned = {name for name in layered if (ROOT / "roles" / name / "tasks" / "plan.yml").is_file()}
-    assert {"blocks/python_env", "vendors/metax_maca", "vendors/metax"} <= reached
+    assert {"blocks/python_env", "vendors/metax_maca", "vendors/metax", "blocks/apt_packages", "vendors/nvidia",
+            "vendors/nvidia_driver", "vendors/nvidia_container_toolkit"} <= reached
     assert sorted(writers - reached) == [], "roles whose files no plan renders"
     assert sorted(planned - reached) == [], "a tasks/plan.yml that playbooks/plan.yml never reaches"
 
@@ -490,6 +489,83 @@ def test_the_release_venvs_pip_settings_and_macas_profile_are_planned(host_plan,
     assert "export MACA_PATH=/opt/maca\n" in maca and 'export CUDA_PATH="${CUCC_PATH}"' in maca
     # Container mode: vLLM comes in the image, no release venv on the node.
     assert not list(container_plan.glob("*/opt/vllm-fleet/releases"))
+
+
+#: A repository's signing key as the inventory gives it (`key`), here on one line with spaces around it:
+#: validation (vllm_fleet/validation/strings.py) refuses a newline in any inventory value.
+#: An armored key as the inventory gives it (`key: |`): on several lines, its own class (armored).
+APT_KEY = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGplanKEYonlyForTheTest\nabcd\n=AbCd\n"
+           "-----END PGP PUBLIC KEY BLOCK-----\n")
+
+
+@pytest.mark.ansible
+def test_nvidias_apt_sources_keys_and_pins_are_planned(tmp_path, host_plan):
+    """roles/blocks/apt_packages's files on an NVIDIA node, through the vendor's plan with the set,
+    repositories and packages its driver roles give the converge: each repository's deb822 source,
+    the signing key the inventory gives (one from key_url is the node's to download), and the pins
+    at the matrix's package versions; the container toolkit's in container mode only."""
+    import json
+
+    driver = [{"name": "archive", "uris": ["https://apt.example.internal/ubuntu"], "suites": ["jammy", "jammy-updates"],
+               "components": ["restricted"], "key": APT_KEY},
+              {"name": "lab", "uris": ["http://192.0.2.9/apt"], "suites": ["stable"], "components": ["main"],
+               "trusted": True}]
+    toolkit = [{"name": "libnvidia-container", "uris": ["https://apt.example.internal/libnvidia-container/deb/amd64"],
+                "suites": ["/"], "key_url": "https://apt.example.internal/keys/nvidia.asc", "key_sha256": "0" * 64}]
+    out = plan(tmp_path, "-l", "nvidia-nodes", "-e", "fleet_deploy_mode=container", "-e", json.dumps(
+        {"nvidia_driver_apt_repositories": driver, "nvidia_container_toolkit_apt_repositories": toolkit}))
+    node = out / "nvidia-01"
+    apt = sorted(str(p.relative_to(node)) for p in (node / "etc/apt").rglob("*") if p.is_file())
+    assert apt == ["etc/apt/keyrings/vllm-fleet-nvidia-driver-archive.asc",
+                   "etc/apt/preferences.d/vllm-fleet-nvidia-container-toolkit",
+                   "etc/apt/preferences.d/vllm-fleet-nvidia-driver",
+                   "etc/apt/sources.list.d/vllm-fleet-nvidia-container-toolkit-libnvidia-container.sources",
+                   "etc/apt/sources.list.d/vllm-fleet-nvidia-driver-archive.sources",
+                   "etc/apt/sources.list.d/vllm-fleet-nvidia-driver-lab.sources"]
+    # The key as tasks/repositories.yml writes it: trimmed, one newline; a public key, not masked.
+    assert (node / "etc/apt/keyrings/vllm-fleet-nvidia-driver-archive.asc").read_text() == APT_KEY.strip() + "\n"
+    archive = (node / "etc/apt/sources.list.d/vllm-fleet-nvidia-driver-archive.sources").read_text().splitlines()
+    assert archive[-5:] == ["Types: deb", "URIs: https://apt.example.internal/ubuntu", "Suites: jammy jammy-updates",
+                            "Components: restricted",
+                            "Signed-By: /etc/apt/keyrings/vllm-fleet-nvidia-driver-archive.asc"]
+    lab = (node / "etc/apt/sources.list.d/vllm-fleet-nvidia-driver-lab.sources").read_text().splitlines()
+    assert lab[-1] == "Trusted: yes" and not any(line.startswith("Signed-By") for line in lab)
+    # A flat repository: suite "/", no components; its key (key_url) is downloaded by the node.
+    flat = (node / "etc/apt/sources.list.d/vllm-fleet-nvidia-container-toolkit-libnvidia-container.sources")
+    assert flat.read_text().splitlines()[-4:] == [
+        "Types: deb", "URIs: https://apt.example.internal/libnvidia-container/deb/amd64", "Suites: /",
+        "Signed-By: /etc/apt/keyrings/vllm-fleet-nvidia-container-toolkit-libnvidia-container.asc"]
+
+    def pins(path: Path) -> dict[str, str]:
+        lines = path.read_text().splitlines()
+        return {lines[i].removeprefix("Package: "): lines[i + 1].removeprefix("Pin: version ")
+                for i, line in enumerate(lines) if line.startswith("Package: ")
+                if lines[i + 2] == "Pin-Priority: 1001"}
+
+    # The matrix's package versions (inventories/example/group_vars/nvidia-nodes/matrix.yml).
+    assert pins(node / "etc/apt/preferences.d/vllm-fleet-nvidia-driver") == {
+        "nvidia-driver-570": "570.195.03-0ubuntu0.22.04.1"}
+    assert pins(node / "etc/apt/preferences.d/vllm-fleet-nvidia-container-toolkit") == dict.fromkeys(
+        ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+         "libnvidia-container1"], "1.17.8-1")
+    # Host mode (the example's repositories, keys from key_url): the driver's source and pins, no
+    # toolkit; no other vendor's stack writes apt files of its own.
+    assert sorted(str(p.relative_to(host_plan)) for p in host_plan.glob("*/etc/apt/*/*")) == [
+        "nvidia-01/etc/apt/preferences.d/vllm-fleet-nvidia-driver",
+        "nvidia-01/etc/apt/sources.list.d/vllm-fleet-nvidia-driver-ubuntu-restricted.sources"]
+
+
+def test_the_hub_clients_pip_settings_are_planned(host_plan):
+    """blocks/model_fetch's hub clients' venv (a node with a hub model and no fleet mirror), with the
+    pip settings blocks/python_env writes in it: the node's index, as in the release's venv."""
+    for node in ("ascend-01", "cpu-01", "metax-01", "nvidia-01"):
+        conf = (host_plan / node / "opt/vllm-fleet/hub-tools/pip.conf").read_text()
+        release = next((host_plan / node / "opt/vllm-fleet/releases").glob("*/venv/pip.conf")).read_text()
+        assert conf == release and "[global]\ndisable-pip-version-check = true\n" in conf, node
+    cpu = (host_plan / "cpu-01/opt/vllm-fleet/hub-tools/pip.conf").read_text()
+    assert "index-url = https://pypi.example.internal/vllm-cpu/simple/" in cpu.splitlines()
+    # Moore Threads' example fetches its models from git and local paths: no hub client.
+    assert not (host_plan / "musa-01/opt/vllm-fleet/hub-tools").exists()
 
 
 def full_site(tmp_path: Path) -> Path:
@@ -562,6 +638,17 @@ def test_plan_renders_every_host_of_the_run_into_a_directory_of_its_own(tmp_path
     assert [w["nodes"] for w in gpt["waves"]] == [[{"host": "nvidia-01", "sources": [
         "http://192.0.2.7:8081/models/openai/gpt-oss-20b/main"], "at_once": 1, "peers": []}]]
     assert "nvidia-01/etc/nginx/sites-enabled/vllm-fleet-share.conf" in files
+    # With the fleet's mirror, apt reads its repository alone: the driver's pins without the
+    # inventory's repositories, and the hub models come from the mirror, with no hub client.
+    assert "nvidia-01/etc/apt/preferences.d/vllm-fleet-nvidia-driver" in files
+    assert not [f for f in files if f.startswith("nvidia-01/etc/apt/sources.list.d/vllm-fleet-nvidia-driver")]
+    assert not [f for f in files if "/hub-tools/" in f]
+    # ... and every host's apt reads the mirror's repository alone (playbooks/mirror.yml's third play).
+    for host in ("ascend-01", "nvidia-01", "router-01", "monitoring-01"):
+        source = files[f"{host}/etc/apt/sources.list.d/vllm-fleet-mirror.sources"]
+        assert "URIs: http://192.0.2.7:8081/apt" in source and "Signed-By: /etc/apt/keyrings/vllm-fleet-mirror.asc" \
+            in source, source
+        assert f"{host}/etc/apt/apt.conf.d/99vllm-fleet-mirror" in files
 
     second = api.plan(str(inv), out, secrets=secrets)  # into the same directory: the same tree
     assert second.ok and tree(out) == files

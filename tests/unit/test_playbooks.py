@@ -89,8 +89,11 @@ def test_a_rollout_drains_converges_and_readies_each_node_in_batches_and_rescues
 
 
 def test_validation_runs_before_the_fleet_role_loads_any_vendor():
-    (play,) = load(ROOT / "playbooks" / "validate.yml")
+    play, verdict = load(ROOT / "playbooks" / "validate.yml")
     assert [r["role"] for r in play["roles"]] == ["stages/validate_inventory"]
+    # The verdict stops the run at the next play's `hosts:`, before any task of it (exit 4).
+    assert verdict["hosts"] == "{{ 'fleet:router:monitoring:mirror' | fleet_validation_verdict }}"
+    assert verdict["tasks"] == [] and "roles" not in verdict
     assert play["any_errors_fatal"] is True
     # Router and monitoring hosts are validated too (against every fleet node), though they are no fleet nodes.
     # ... and no selection of tasks skips it: the pattern goes through the guard of the command line.

@@ -121,3 +121,40 @@ def test_warned_on_both_entry_points_and_refused_with_strict(inventory):
     assert "warning: fleet_serve_env is set for group nvidia-nodes" in str(result)
     strict = api.run_playbook("playbooks/validate.yml", inventory, extravars={"validate_inventory_strict": True})
     assert strict.exit_code == 4 and any("zz.yml:1; Ansible keeps" in p for p in strict.problems)
+
+
+# ------------------------------------------------------------------ the warnings say what Ansible does
+
+def _ansible_value(inv: Path, host: str, var: str):
+    """The value Ansible itself gives `host` (ansible-inventory, the same vars plugins as a play)."""
+    import json
+    import subprocess
+
+    from tests.conftest import venv_tool
+
+    proc = subprocess.run([venv_tool("ansible-inventory"), "-i", str(inv), "--host", host], capture_output=True,
+                          text=True, check=True, timeout=120)
+    return json.loads(proc.stdout).get(var)
+
+
+@pytest.mark.ansible
+def test_an_inventory_files_vars_lose_to_group_vars_all_whatever_the_depth(inventory):
+    _hosts(inventory, lambda c: c["fleet"].update(vars={"fleet_serve_base_port": 9300}))
+    warnings = validation.inventory_warnings([str(inventory)])
+    assert any(w.startswith("fleet_serve_base_port of group fleet (hosts.yml:") and "never reaches host nvidia-01"
+               and "group all sets it in group_vars/all/fleet.yml" in w for w in warnings), warnings
+    assert _ansible_value(inventory, "nvidia-01", "fleet_serve_base_port") == 8000
+
+
+@pytest.mark.ansible
+@pytest.mark.parametrize("entry, read", [("group_vars/all.yaml", "group_vars/all"),
+                                         ("group_vars/nvidia-nodes.yml", "group_vars/nvidia-nodes"),
+                                         ("host_vars/nvidia-01.yaml", "host_vars/nvidia-01.yml")])
+def test_a_vars_file_beside_another_of_its_name_is_never_read(inventory, entry, read):
+    if read.endswith(".yml"):
+        _write(inventory, read, "fleet_min_free_disk_gb: 30\n")
+    _write(inventory, entry, "fleet_min_free_disk_gb: 40\n")
+    warnings = validation.inventory_warnings([str(inventory)])
+    assert any(w.startswith(f"{entry} is never read: Ansible reads {read} ") for w in warnings), warnings
+    assert not any("keeps " + entry in w for w in warnings), warnings
+    assert _ansible_value(inventory, "nvidia-01", "fleet_min_free_disk_gb") != 40

@@ -292,7 +292,7 @@ def test_validate_play_checks_routers_against_the_whole_fleet(tmp_path):
     doc["all"]["children"]["router"]["hosts"]["router-01"]["router_models"][1]["name"] = "qwen3-6b"
     inventory.write_text(yaml.safe_dump(doc))
     proc = ansible_playbook("-i", str(inventory), "playbooks/validate.yml", "-l", "router")
-    assert proc.returncode != 0
+    assert proc.returncode == 4
     assert "host router-01: router_models[1].name = 'qwen3-6b': no fleet node serves" in proc.stdout
     assert "did you mean 'qwen3-0.6b'?" in proc.stdout
     assert "fleet_accelerator" not in proc.stdout

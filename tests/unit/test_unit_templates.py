@@ -89,7 +89,8 @@ def test_apt_sources_take_each_value_as_one_word_or_refuse_it(tmp_path):
             {"name": "Sources", "ansible.builtin.template": {
                 "src": str(apt / "sources.list.d/repository.sources.j2"), "dest": str(tmp_path / "x.sources"),
                 "mode": "0644"},
-             "vars": {"apt_packages_set": "nvidia-driver", "_apt_packages_keyrings": "/etc/apt/keyrings",
+             "vars": {"apt_packages_set": "nvidia-driver",
+                      "_apt_packages_key_file": "/etc/apt/keyrings/vllm-fleet-nvidia-driver-mirror.asc",
                       "apt_packages_repository": {"name": "mirror", "uris": uris, "suites": ["jammy"]}}},
             {"name": "Pins", "ansible.builtin.template": {
                 "src": str(apt / "preferences.d/pinned.j2"), "dest": str(tmp_path / "pinned"), "mode": "0644"},

@@ -119,7 +119,7 @@ def test_plain_ansible_playbook_and_vllm_fleet_refuse_it_with_the_same_sentences
     extra.write_text("fleet_pip_index_url: \"https://pypi.internal/{{ lookup('pipe', 'date +%s') }}/simple\"\n")
     proc = ansible_playbook("-i", str(inv), "playbooks/validate.yml", "-e", f"@{extra}")
     played = fz.refusal_lines(proc.stdout + proc.stderr)
-    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert proc.returncode == 4, proc.stdout[-3000:]
     assert any(p.startswith("host nvidia-01: fleet_models_dir = ") and "lookup('env') through site_root" in p
                for p in played), played
     assert any(p.startswith("host nvidia-01: fleet_pip_index_url = ") and "lookup('pipe')" in p for p in played)

@@ -228,8 +228,8 @@ def write_route(base_dir: Path, defects: list[fz.Mutation], route: str, dest: Pa
 
 
 def _problems_of(output: str) -> list[str]:
-    """The problems listed by the validation play's failed assert, in ansible-playbook's output."""
-    block = output.split("The inventory is invalid", 1)[1].split("Origin:", 1)[0] if "The inventory is invalid" \
+    """The problems of a refusal (the verdict play's error, the last listing), in ansible-playbook's output."""
+    block = output.rsplit("The inventory is invalid", 1)[1].split("Origin:", 1)[0] if "The inventory is invalid" \
         in output else ""
     return [line.strip()[2:] for line in block.splitlines() if line.strip().startswith("- ")]
 
@@ -255,8 +255,9 @@ def test_every_class_is_refused_on_every_route_by_both_entry_points(base, defect
     proc = ansible_playbook("-i", str(inventory), "playbooks/validate.yml", *args, env=env)
     output = proc.stdout + proc.stderr
     played = _problems_of(output)
-    # A refused value fails the validation task: Ansible's exit for a failed host (docs/usage.md).
-    assert proc.returncode == 2 and played, output[-3000:]
+    # A refused value stops the run at the verdict play's `hosts:`, exit 4 as vllm-fleet's (docs/usage.md).
+    assert proc.returncode == 4 and played, output[-3000:]
+    assert not re.search(r"^(fatal|failed): ", output, re.M), output[-3000:]
     for m in delivered:
         assert any(fz.names_variable(p, m.accepted_names()) for p in played), (route, m.label, played)
     assert not fz.leaks(played, secrets), (route, fz.leaks(played, secrets))
@@ -322,13 +323,17 @@ def test_legal_values_stay_legal_on_every_route(tmp_path):
 
 
 @pytest.mark.parametrize("url", ["https://ghp_abcdefghij1234567890@github.internal/vllm.git",
-                                 "https://hf_shortertoken@hf.internal/", "https://user:s3cr3tPw9@mirror.internal/simple"])
+                                 "https://hf_shortertoken@hf.internal/", "https://user:s3cr3tPw9@mirror.internal/simple",
+                                 "https://mirror.internal/simple/?token=s3cr3tQuery9",
+                                 "https://artifacts.internal/cann.run?X-Amz-Credential=AKIA1&X-Amz-Signature=s3cr3tSig9",
+                                 "https://store.internal/m?sv=2024&sig=s3cr3tSas9", "https://hub.internal/#access_token=s3cr3tFrag9"])
 def test_a_credential_anywhere_in_a_clear_url_is_refused_and_never_shown(example_hosts, url):
     hosts = {h: dict(v) for h, v in example_hosts.items()}
     hosts["nvidia-01"]["fleet_pip_index_url"] = url
     problems = validation.validate_inventory(hosts, ["nvidia-01"])
     assert any(p.startswith("host nvidia-01: fleet_pip_index_url = '(a URL with a credential") for p in problems)
-    secret = url.split("://", 1)[1].split("@", 1)[0].split(":")[-1]
+    secret = re.search(r"s3cr3t\w+", url).group(0) if "s3cr3t" in url else \
+        url.split("://", 1)[1].split("@", 1)[0].split(":")[-1]
     assert not any(secret in p for p in problems), problems
 
 
@@ -336,6 +341,8 @@ def test_a_plain_user_in_a_url_is_no_credential():
     from vllm_fleet.secrets import url_has_credentials
 
     assert not url_has_credentials("ssh://git@git.internal/vllm.git")
+    # Nor is a query of no credential, whatever its words contain.
+    assert not url_has_credentials("https://mirror.internal/simple/?author=me&monkey=1&tokenizer=o200k")
 
 
 INI_HOSTS = """# The example's hosts.yml, as an INI inventory
@@ -409,3 +416,63 @@ def test_a_syntax_check_without_hosts_still_passes(tmp_path):
     (empty / "hosts.yml").write_text("all: {}\n")
     proc = ansible_playbook("-i", str(empty), "--syntax-check", "site.yml")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ the verdict: exit 4 on both entry points
+
+@pytest.fixture
+def verdict_filters(tmp_path, monkeypatch):
+    """The filters that hand the validation play's verdict to the play after it, with this test's own
+    directory as the run's temporary one (Ansible's DEFAULT_LOCAL_TMP)."""
+    from ansible import constants as C  # noqa: N812
+    from ansible import context
+
+    from filter_plugins import fleet
+
+    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(tmp_path), raising=False)
+    monkeypatch.setattr(context, "CLIARGS", {})
+    return fleet, tmp_path
+
+
+def test_a_verdict_with_problems_stops_the_run_with_them(verdict_filters):
+    from ansible.errors import AnsibleFilterError
+
+    fleet, tmp = verdict_filters
+    assert fleet.fleet_validation_verdict_write(["host a: x = 1 (an integer): is out of range"]) == 1
+    assert oct((tmp / "vllm-fleet-validation.json").stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(AnsibleFilterError) as refused:
+        fleet.fleet_validation_verdict("fleet")
+    assert str(refused.value).startswith("The inventory is invalid; nothing was changed on any host:\n"
+                                         "  - host a: x = 1 (an integer): is out of range")
+    # Read once: a second import of validate.yml in the same run must judge again.
+    assert not (tmp / "vllm-fleet-validation.json").exists()
+
+
+def test_a_valid_verdict_lets_the_run_on_and_no_verdict_stops_it(verdict_filters):
+    from ansible.errors import AnsibleFilterError
+
+    fleet, tmp = verdict_filters
+    assert fleet.fleet_validation_verdict_write([]) == 0
+    assert fleet.fleet_validation_verdict("fleet:router") == "fleet:router"
+    # Fail closed: the validation play wrote nothing (or its verdict was read already).
+    with pytest.raises(AnsibleFilterError, match="The inventory was not validated"):
+        fleet.fleet_validation_verdict("fleet:router")
+    (tmp / "vllm-fleet-validation.json").write_text('{"problems": []}')
+    with pytest.raises(AnsibleFilterError, match="no list"):
+        fleet.fleet_validation_verdict("fleet:router")
+
+
+@pytest.mark.ansible
+@pytest.mark.parametrize("selection", [[], ["--check"], ["--tags", "report"], ["-l", "nvidia-01"]])
+def test_plain_ansible_playbook_exits_4_on_a_refused_inventory_and_touches_no_host(tmp_path, selection):
+    inv = tmp_path / "inv"
+    shutil.copytree(fz.EXAMPLE, inv)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "nvidia-01.yml").write_text("fleet_serve_base_port: 80\n")
+    proc = ansible_playbook("-i", str(inv), "site.yml", *selection, *NOWHERE)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4, output[-3000:]
+    assert any(p.startswith("host nvidia-01: fleet_serve_base_port = 80") for p in _problems_of(output)), output
+    # Nothing after the validation play ran: no task of another play, no failed or unreachable host.
+    assert proc.stdout.count("PLAY [") == 1 and "UNREACHABLE" not in output, output[-3000:]
+    assert not re.search(r"^(fatal|failed): ", output, re.M), output[-3000:]

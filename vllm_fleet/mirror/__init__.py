@@ -10,6 +10,8 @@ machine into one directory, carried across the air gap and served inside the sit
   hubs' own clients);
 - ``sync``: the sync itself (``--check`` first: what, how large, whether it fits), its progress
   and summary;
+- ``oci``: container images, copied by skopeo into OCI image layouts, sized from their manifests and
+  verified blob by blob;
 - ``apt``: the hosts' distribution packages with their dependencies, collected by apt in a state of
   its own, and the signed apt repository reprepro builds of them;
 - ``pack``: tarballs of a bounded size with a checksummed manifest, for carrying the directory.
@@ -22,6 +24,8 @@ A mirror directory::
                                  sources their builds fetch (CMake's FetchContent), laid out by URL
     pypi/packages/, pypi/simple/ wheels for the nodes' platform and Python, a PEP 503 index with hashes
     models/<org>/<name>/<revision>/  model snapshots
+    images/<repository>/         container images of the nodes in container mode: an OCI image layout
+                                 (oci-layout, index.json naming each tag, blobs/sha256/)
     apt/                         the hosts' packages, a signed apt repository (dists/, pool/) and its public
                                  key vllm-fleet-mirror.asc
     keys/                        the key a sync created to sign it (secret: never served, never packed)

@@ -87,6 +87,8 @@ APT_SETS = (
     AptSet("services/router", ("router",), option="router_packages"),
     AptSet("services/router", ("router",), names=("python3-venv", "nginx-light")),  # the pools' venv, the page
     AptSet("services/mirror", ("mirror",), option="mirror_packages"),
+    # Installed only when the mirror holds images (tasks/registry.yml): listed for every mirror host.
+    AptSet("services/mirror", ("mirror",), option="mirror_registry_packages"),
     # Ansible's apt module installs python3-apt itself on a host that lacks it, before any role's package.
     AptSet("ansible.builtin.apt", ("fleet", "router", "monitoring", "mirror"), names=("python3-apt",)),
 )
@@ -122,11 +124,11 @@ class Item:
     kind: str                      # artifact | git | pip | model | image | deb
     key: str
     sources: list[str] = field(default_factory=list)
-    sha256: str = ""               # artifact: its checksum
+    sha256: str = ""               # artifact: its checksum; image: the manifest digest the matrix pins (hex)
     ref: str = ""                  # git: commit or tag; model: revision; image: tag
     specs: list[str] = field(default_factory=list)   # pip: the requirements resolved together; deb: the packages
     python: str = ""               # pip: the nodes' Python (major.minor)
-    arch: str = ""                 # pip, deb: the nodes' architecture
+    arch: str = ""                 # pip, deb: the nodes' architecture; image: theirs ("": every one)
     index: dict = field(default_factory=dict)        # pip: index_url, extra_index_urls...; git: github_mirror;
     #                                                  deb: without_recommends, repositories
     hub: str = ""                  # model: modelscope | huggingface | url
@@ -160,6 +162,13 @@ def _merge(known: Item, item: Item, who: str) -> None:
     if known.kind == "artifact" and item.sha256 != known.sha256:
         raise BillError(f"{who}: the file {known.key} is wanted with two checksums ({known.wanted_by[0]}: "
                         f"{known.sha256}, here: {item.sha256}); a mirror holds one file of a name")
+    if known.kind == "image":
+        if item.sha256 != known.sha256:
+            raise BillError(f"{who}: the image {known.key} is wanted with two digests ({known.wanted_by[0]}: "
+                            f"{known.sha256 or 'none'}, here: {item.sha256 or 'none'}); a mirror holds one image "
+                            "of a tag")
+        if item.arch != known.arch:
+            known.arch = ""  # nodes of two architectures: every platform of the image
     for src in item.sources:
         if src not in known.sources:
             known.sources.append(src)
@@ -357,7 +366,9 @@ def _vendor_entries(bill: Bill, host: str, hv: dict, vendor: str, matrix: dict) 
         elif kind == "image" and container:
             registry = str(hv.get("fleet_container_registry") or "").rstrip("/")
             ref = f"{value['repository']}:{value['tag']}"
-            bill.add(Item("image", ref, sources=[f"{registry}/{ref}" if registry else ref], ref=value["tag"]), who)
+            digest = str(value.get("digest") or "").removeprefix("sha256:")
+            bill.add(Item("image", ref, sources=[f"{registry}/{ref}" if registry else ref], ref=value["tag"],
+                          sha256=digest, arch=platform_of(hv)), who)
 
 
 def _models(bill: Bill, host: str, hv: dict, matrix: dict) -> list[str]:

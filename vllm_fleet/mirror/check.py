@@ -13,7 +13,7 @@ KEYS = bom.KEYS
 def missing(hosts: dict[str, dict], manifest: dict, url: str, inventory: str = "") -> list[str]:
     """Refusals for `hosts` (name -> rendered variables, KEYS) against the mirror at `url`."""
     problems = []
-    held = set((manifest or {}).get("items") or {})
+    held = (manifest or {}).get("items") or {}
     sync = f"vllm-fleet mirror sync -i {inventory or 'INVENTORY'} -o DIR"
     # The sources a host does not set are the mirror's (roles/stages/fleet): what the nodes need does not
     # depend on where it comes from, but the bill reads a file's place from them.
@@ -23,13 +23,16 @@ def missing(hosts: dict[str, dict], manifest: dict, url: str, inventory: str = "
     except bom.BillError as exc:
         return [str(exc)]
     for key, item in sorted(bill.items.items()):
-        if item.kind == "image" or key in held:
-            continue  # container images are not mirrored yet (docs/air-gapped.md)
+        if key in held and not (item.kind == "image" and item.sha256
+                                and held[key].get("digest") != f"sha256:{item.sha256}"):
+            continue  # (an image the matrix pins by digest: held at that digest)
         if item.kind == "pip":
             what = f"pip's resolution of {', '.join(item.specs)}"
         elif item.kind == "deb":
             names = [*item.specs, *item.index.get("without_recommends", [])]
             what = f"the apt packages {', '.join(names)} with their dependencies ({item.key})"
+        elif item.kind == "image":
+            what = f"the container image {item.key}" + (f"@sha256:{item.sha256}" if item.sha256 else "")
         else:
             what = f"{item.kind} {item.key}"
         problems.append(f"{'; '.join(item.wanted_by)}: needs {what}, which the fleet's mirror at {url} does not "

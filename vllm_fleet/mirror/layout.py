@@ -30,8 +30,13 @@ APT_RELEASE = "bookworm"
 APT_COMPONENTS = ("main", "vendor")
 #: The repository's public key, ASCII-armored (what the hosts' apt checks its signature with).
 APT_KEY = f"{APT_DIR}/vllm-fleet-mirror.asc"
-#: Debian's name of each fleet_architecture.
+#: Debian's name of each fleet_architecture (also the OCI platform's architecture of an image).
 DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+#: Container images: one OCI image layout per repository (``images/<repository>/``: oci-layout, index.json,
+#: blobs/sha256/), each tag a reference in its index.json (skopeo's ``oci:images/<repository>:<tag>``). The
+#: mirror host serves them read-only through its nginx at the registry API's ``/v2/``, from Debian's
+#: docker-registry on loopback that it fills from the layouts (roles/services/mirror).
+IMAGES_DIR = "images"
 
 
 def url_host(address: str) -> str:
@@ -59,6 +64,8 @@ def node_source(url: str, name: str, value):
 
 def source_default(url: str, name: str):
     """What the source variable `name` defaults to with the mirror at `url` ("" or [] without one)."""
+    if name == "fleet_container_registry":
+        return registry(url)
     if name == "fleet_pip_trusted_hosts":
         # pip takes an index over plain HTTP only from a host it is told to trust.
         return [urlsplit(url).hostname] if url.startswith("http://") else []
@@ -72,6 +79,17 @@ def apt_source(url: str) -> dict:
         return {}
     return {"uris": [f"{url}/{APT_DIR}"], "suites": [APT_RELEASE], "components": list(APT_COMPONENTS),
             "key_url": f"{url}/{APT_KEY}"}
+
+
+def registry(url: str) -> str:
+    """The container registry of the mirror at `url`, as an image name's prefix (host:port: the mirror's
+    nginx answers the registry API at /v2/); "" without one."""
+    return urlsplit(url).netloc if url.startswith(("http://", "https://")) else ""
+
+
+def image_path(repository: str) -> str:
+    """Where an image repository's OCI layout is in the mirror: images/<repository>."""
+    return f"{IMAGES_DIR}/{repository}"
 
 
 def git_path(url: str) -> str:

@@ -4,8 +4,10 @@ The manifest is the mirror's one record of what it holds: every file under ``art
 ``pypi/packages/``, ``models/`` and ``apt/`` with its size and sha256, what each item of the bill resolved
 to (a pip set's wheels, a model revision's commit and files, a repository's commits and tags, a host's
 apt packages), and what the apt repository was built of and signed with.
+Container images are in OCI layouts under ``images/``, recorded by item (the tag's digest and the
+blobs it reaches), not file by file: a blob's file name is its sha256 (vllm_fleet.mirror.oci).
 A sync writes it after each item, so a sync cut off keeps what it finished; ``verify`` recomputes
-every checksum and asks git for every pinned object.
+every checksum (an image's blobs against their names) and asks git for every pinned object.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import shutil
 import subprocess
 from pathlib import Path
 from urllib.parse import quote
+
+from vllm_fleet.mirror import oci
 
 MANIFEST = "mirror.json"
 VERSION = 1
@@ -68,7 +72,8 @@ class Manifest:
 
 def verify(root: Path, log=print) -> list[str]:
     """Every problem of the directory against its manifest: a file missing, of another size or
-    checksum, a pinned commit or tag missing from its repository. [] when the mirror is whole."""
+    checksum, a pinned commit or tag missing from its repository, an image's blob missing or corrupted.
+    [] when the mirror is whole."""
     root = Path(root)
     if not (root / MANIFEST).is_file():
         return [f"{root}: no {MANIFEST}: not a vllm-fleet mirror (vllm-fleet mirror sync writes one)"]
@@ -91,8 +96,12 @@ def verify(root: Path, log=print) -> list[str]:
                                   capture_output=True, check=False)
             if done.returncode != 0:
                 problems.append(f"{record['path']}: {ref} is missing")
-    log(f"verified {len(manifest.files)} file(s) and {sum(k.startswith('git:') for k in manifest.items)} "
-        f"repository item(s): {len(problems)} problem(s)")
+    images = {k: r for k, r in manifest.items.items() if k.startswith("image:")}
+    checked: set[str] = set()  # a blob two tags share is read once
+    for _, record in sorted(images.items()):
+        problems += oci.verify(root, record, checked)
+    log(f"verified {len(manifest.files)} file(s), {sum(k.startswith('git:') for k in manifest.items)} "
+        f"repository item(s) and {len(images)} image(s): {len(problems)} problem(s)")
     return problems
 
 

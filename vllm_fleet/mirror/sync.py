@@ -2,7 +2,7 @@
 
 First a plan: for each item, whether the mirror holds it already (read from the manifest and the
 disk only: a second sync contacts nothing for it) or what it will fetch and how large that is (the
-sources' announced sizes, pip's resolution, the hubs' file lists). ``--check`` stops there.
+sources' announced sizes, pip's resolution, the hubs' file lists, the images' manifests). ``--check`` stops there.
 Otherwise the plan's total is held against the directory's free space before a byte moves, then
 each item is fetched, verified and recorded in the manifest as soon as it is whole, so a sync cut
 off resumes where it stopped. A failed item does not stop the others; the summary names each
@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fleet.mirror import apt, bom, fetch, store
+from vllm_fleet.mirror import apt, bom, fetch, oci, store
 from vllm_fleet.mirror.fetch import FetchError, human
-from vllm_fleet.mirror.layout import APT_DIR, DEB_ARCH, git_path
+from vllm_fleet.mirror.layout import APT_DIR, DEB_ARCH, git_path, image_path
 
 #: Free space kept beyond what the plan adds (the manifest, indexes, partial files).
 DISK_MARGIN = 64 * 1024 * 1024
@@ -45,6 +45,7 @@ class Summary:
     received: int = 0
     refused: str = ""
     apt: str = ""                  # what the apt repository holds, after the sync
+    apt_fingerprint: str = ""      # the fingerprint of its key (the manifest's apt:repository), to pin
 
     @property
     def ok(self) -> bool:
@@ -63,6 +64,11 @@ def _present(item: bom.Item, manifest: store.Manifest) -> bool:
         return record is not None and all(manifest.has_file(rel) for rel in record["files"])
     if item.kind == "deb":  # its packages in the repository's pool
         return record is not None and bool(record.get("files")) and all(manifest.has_file(r) for r in record["files"])
+    if item.kind == "image":  # the tag in its layout at the recorded digest, every blob on disk (not read)
+        held = oci.held(manifest.root / image_path(item.key.rsplit(":", 1)[0]), item.ref) if record else None
+        return held is not None and held["digest"] == record["digest"] \
+            and (not item.sha256 or record["digest"] == f"sha256:{item.sha256}") \
+            and record.get("arch") in ("", item.arch)
     return False
 
 
@@ -142,6 +148,8 @@ def _size(entry: Entry) -> None:
     elif item.kind == "model":
         sizes = [fetch.head_size(f"{item.sources[0].rstrip('/')}/{f['name']}") for f in item.files]
         entry.size = sum(s or 0 for s in sizes) or item.size_hint
+    elif item.kind == "image":
+        entry.size = oci.remote_size(item)
     # deb: all sets together (_plan_apt)
 
 
@@ -199,10 +207,6 @@ def sync(bill: bom.Bill, root: Path, *, check: bool = False, apt_key: str = "", 
         done += 1
         item = entry.item
         label = f"[{done}/{done + len(queue)}] {item.kind} {item.key}"
-        if item.kind == "image":
-            summary.skipped.append(f"{label}: container images are not mirrored yet; "
-                                   f"wanted by {', '.join(item.wanted_by)}")
-            continue
         log(f"{label}: fetching {human(entry.size) if entry.size is not None else '(size known after)'}")
         started = time.monotonic()
         try:
@@ -309,6 +313,21 @@ def _model(entry: Entry, manifest: store.Manifest, log) -> int:
     return max(_tree_size(local) - before, 0)
 
 
+def _image(entry: Entry, manifest: store.Manifest, log) -> int:
+    """An image into its repository's OCI layout (a blob the layout has already is not fetched again); the
+    manifest records the tag's digest, its blobs (verify checks each by its name) and their size."""
+    item = entry.item
+    repository = item.key.rsplit(":", 1)[0]
+    layout = manifest.root / image_path(repository)
+    before = _tree_size(layout)
+    copied = oci.copy(item, manifest.root)
+    manifest.items[f"image:{item.key}"] = {"repository": repository, "path": image_path(repository), "tag": item.ref,
+                                           "arch": item.arch,
+                                           "pinned": bool(item.sha256), "wanted_by": item.wanted_by, **copied}
+    log(f"  {item.key}: {copied['digest']}, {len(copied['blobs'])} blob(s), {human(copied['size'])}")
+    return max(_tree_size(layout) - before, 0)
+
+
 def _deb(entry: Entry, manifest: store.Manifest, log) -> int:
     """A host's packages with their dependencies, into the cache; the repository is built once every item is
     done (_publish_apt), which records where each of its files is in the pool."""
@@ -347,6 +366,7 @@ def _publish_apt(manifest: store.Manifest, apt_key: str, summary: Summary, log) 
     size = sum(manifest.files[r]["size"] for r in files if r.endswith(".deb"))
     summary.apt = (f"apt repository {APT_DIR}/: {len(packages)} package(s), {human(size)}, "
                    f"signed by {key.fingerprint}")
+    summary.apt_fingerprint = key.fingerprint
 
 
 def _build_apt(manifest: store.Manifest, records: dict, packages: dict, key, log) -> None:
@@ -374,7 +394,7 @@ def _build_apt(manifest: store.Manifest, records: dict, packages: dict, key, log
         f"signed by {key.fingerprint}")
 
 
-_FETCHERS = {"artifact": _artifact, "git": _git, "pip": _pip, "model": _model, "deb": _deb}
+_FETCHERS = {"artifact": _artifact, "git": _git, "pip": _pip, "model": _model, "deb": _deb, "image": _image}
 
 
 def _tree_size(path: Path) -> int:
@@ -429,3 +449,6 @@ def _print_summary(summary: Summary, log) -> None:
         log(f"skipped: {line}")
     if summary.apt:
         log(summary.apt)
+    if summary.apt_fingerprint:  # what the inventory pins: each host checks the mirror's key against it
+        log(f'pin it: fleet_mirror_apt_key_fingerprint: "{summary.apt_fingerprint}" '
+            "(the inventory's group_vars/all; each host's apt then refuses any other key)")

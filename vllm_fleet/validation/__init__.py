@@ -33,8 +33,9 @@ spanning nodes (span.py).
 
 What validation warns about instead of refusing (`run_warnings`; `--strict` refuses it): the
 precedence surprises of the inventory's files (precedence.py), placeholder checksums in any
-variable (matrix.py), and hosts whose pinned vLLM release has no description of its `vllm serve`
-options, so that their flags could not be checked (serve.py).
+variable (matrix.py), hosts whose pinned vLLM release has no description of its `vllm serve`
+options, so that their flags could not be checked (serve.py), and hosts whose apt would trust the
+fleet's mirror's key on first use, no fingerprint pinned (mirror_key.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from vllm_fleet.validation import (
 )
 from vllm_fleet.validation.later import later_problems, later_reads
 from vllm_fleet.validation.matrix import placeholder_checksums, placeholder_warnings
+from vllm_fleet.validation.mirror_key import mirror_key_warnings
 from vllm_fleet.validation.monitoring_hosts import monitoring_problems
 from vllm_fleet.validation.play_keywords import play_keyword_problems
 from vllm_fleet.validation.roles import role_default, role_options, role_variable_problems
@@ -257,18 +259,20 @@ def validated_variables() -> frozenset[str]:
 
 #: The kinds of warning, in the order they are printed; `--strict` refuses them all,
 #: validate_inventory_strict_checksums only the checksums.
-WARNING_KINDS = ("precedence", "checksums", "serve")
+WARNING_KINDS = ("precedence", "checksums", "serve", "mirror_key")
 
 
 def run_warnings(all_hosts: dict[str, dict], run_hosts: list[str], sources: list[str]) -> dict[str, list[str]]:
     """Every warning of the inventory for the hosts of a run, by kind (WARNING_KINDS): the precedence
     surprises of its files (`sources`), placeholder checksums in any variable of a host of the run,
-    and the run's fleet nodes whose vLLM release is not described, so that their serve flags go
-    unchecked. The one list that a run (roles/stages/validate_inventory) and `vllm-fleet status` print."""
+    the run's fleet nodes whose vLLM release is not described, so that their serve flags go
+    unchecked, and the run's hosts whose apt would trust the mirror's key on first use. The one list
+    that a run (roles/stages/validate_inventory) and `vllm-fleet status` print."""
     run = {h: all_hosts[h] for h in run_hosts if h in all_hosts}
     return {"precedence": inventory_warnings(sources),
             "checksums": placeholder_warnings(run),
-            "serve": unchecked_serve_warnings({h: v for h, v in run.items() if "fleet" in _groups(v)})}
+            "serve": unchecked_serve_warnings({h: v for h, v in run.items() if "fleet" in _groups(v)}),
+            "mirror_key": mirror_key_warnings(all_hosts, list(run))}
 
 
 def _unused_profiles(doc: dict, models: list[dict]) -> list[dict]:

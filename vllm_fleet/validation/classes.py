@@ -31,6 +31,8 @@ CLASSES: dict[str, str] = {
     "accounts": "a list of account or group names", "name": "a name (one word, safe characters)",
     "secret": "a secret", "secrets": "secrets (a mapping or list of them)", "choice": "one of the spec's choices",
     "env": "an environment (identifier -> value)", "serial": "a rollout's batch size",
+    "fingerprint": "an OpenPGP key's fingerprint (40 hex digits)",
+    "armored": "an ASCII-armored block (-----BEGIN ...----- to -----END ...-----), the one value on several lines",
     # judged by the spec's type and the schema
     "switch": "true or false", "text": "a string without control characters", "list": "a list",
     "mapping": "a mapping",

@@ -9,7 +9,8 @@ means something else):
 - `duration`: a duration as HAProxy and Prometheus write it (`15s`, `10m`, `1h30m`, `500ms`, a
   bare number of their default unit);
 - `mode`: a file mode, three or four octal digits (`0660`);
-- `url`, `urls`: an http(s) or file URL without spaces ("" for none where the role says so).
+- `url`, `urls`: an http(s) or file URL without spaces ("" for none where the role says so);
+- `fingerprint`: an OpenPGP v4 key's fingerprint, 40 hex digits, spaced as gpg prints it or not ("" for none).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from vllm_fleet.validation.schema import schema
 DURATION = re.compile(r"^(\d+(us|ms|s|m|h|d|w|y))+\Z|^\d+\Z")
 FILE_MODE = re.compile(r"^0?[0-7]{3}\Z")
 URL = re.compile(r"^(https?|file)://[^\s]+\Z")
+FINGERPRINT = re.compile(r"^( *[0-9A-Fa-f]){40} *\Z")  # the inventory schema's pattern, for fleet_*
 
 
 def format_problems(host_vars: dict) -> list[str]:
@@ -53,4 +55,8 @@ def format_problems(host_vars: dict) -> list[str]:
         elif cls == "url" and value != "" and not URL.match(value):
             problems.append(str(Problem((name,), value, "is not a URL",
                                         "an http(s):// or file:// URL without spaces, or \"\" for none")))
+        elif cls == "fingerprint" and value != "" and not FINGERPRINT.match(value):
+            problems.append(str(Problem((name,), value, "is not an OpenPGP key's fingerprint",
+                                        "40 hex digits, as `gpg --fingerprint` prints them (spaces allowed), or "
+                                        "\"\" for none")))
     return problems

@@ -5,9 +5,9 @@ each host's SSH port, each fleet node's models (explicit ports and the ones deri
 fleet_serve_base_port), the heads' Ray ports, the routers' model ports, the nodes' health
 agents (when the inventory has router hosts), the nodes' model shares (when models are
 distributed in waves), the node exporters
-(when the inventory has monitoring hosts) and Prometheus. A claim on a taken pair, or a
-port outside 1024-65535 (the SSH port excepted: it is the admin's), is a problem of the
-claimant, said once, whatever groups its host is in.
+(when the inventory has monitoring hosts), Prometheus, and the mirror hosts' nginx and image
+registry. A claim on a taken pair, or a port outside 1024-65535 (the SSH port excepted: it is
+the admin's), is a problem of the claimant, said once, whatever groups its host is in.
 """
 
 from __future__ import annotations
@@ -154,6 +154,13 @@ def claims(all_hosts: dict[str, dict], resolved: dict[str, list[dict]] | None = 
         if is_port_number(port):
             out.append(Claim(host, _address(host, all_hosts[host]), port, f"the fleet's mirror on {host}",
                              f"mirror_port = {port}", typed=True))
+        # Its image registry, on loopback (nginx serves it at mirror_port): claimed on the host, as the
+        # router pools' loopback ports are.
+        port = all_hosts[host].get("mirror_registry_port", role_default("mirror_registry_port"))
+        if is_port_number(port):
+            out.append(Claim(host, _address(host, all_hosts[host]), port,
+                             f"the fleet's mirror's image registry on {host}", f"mirror_registry_port = {port}",
+                             typed=True))
     return out
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,9 @@ class Tree:
     host_vars: dict[str, dict[str, list[tuple[Any, Place]]]]
     #: vars files or directories whose name is no group or host: (place, name, kind)
     unmatched: list[tuple[Place, str, str]]
+    #: vars files or directories Ansible never reads, another entry of the same name being read instead:
+    #: (place, the entry read)
+    shadowed: list[tuple[Place, str]] = field(default_factory=list)
 
 
 def _mapping_vars(mapping: Any, parsed, rel: str) -> dict[str, tuple[Any, Place]]:
@@ -94,11 +97,18 @@ def read_tree(inventory: str | os.PathLike) -> Tree:
         if group != "all" and not tree.parents[group]:
             tree.parents[group].add("all")
     hosts = set(tree.host_entries)
+    read_entries = _read_entries(base)
     for path, doc, parsed in vars_files:
         rel_parts = path.relative_to(base).parts
         kind, name = rel_parts[0], rel_parts[1]
-        name = name if len(rel_parts) > 2 else Path(name).stem if Path(name).suffix in (".yml", ".yaml", ".json") \
+        name = name if len(rel_parts) > 2 else Path(name).stem if Path(name).suffix in VARS_EXTENSIONS \
             else name
+        entry = str(Path(*rel_parts[:2]))
+        if read_entries.get((kind, name), entry) != entry:
+            shadowed = (Place(entry, None), f"{kind}/{read_entries[(kind, name)].split('/', 1)[1]}")
+            if shadowed not in tree.shadowed:
+                tree.shadowed.append(shadowed)
+            continue
         known = set(tree.parents) | set(IMPLICIT_GROUPS) if kind == "group_vars" else hosts
         place = Place(str(Path(*rel_parts[:2])), None)
         if name not in known:
@@ -110,6 +120,31 @@ def read_tree(inventory: str | os.PathLike) -> Tree:
         for var, (value, where) in _mapping_vars(doc, parsed, rel).items():
             target.setdefault(name, {}).setdefault(var, []).append((value, where))
     return tree
+
+
+#: The names Ansible's host_group_vars plugin tries for a group or host, in its order
+#: (DataLoader.find_vars_files: the name itself, a file or a directory, then with each of
+#: YAML_FILENAME_EXTENSIONS); it reads the first that exists and no other.
+VARS_EXTENSIONS = (".yml", ".yaml", ".json")
+
+
+def _read_entries(base: Path) -> dict[tuple[str, str], str]:
+    """(group_vars|host_vars, name) -> the entry Ansible reads for it ("group_vars/all", a directory,
+    or "group_vars/all.yml"), where the inventory has more than one entry of that name."""
+    out: dict[tuple[str, str], str] = {}
+    for kind in ("group_vars", "host_vars"):
+        folder = base / kind
+        if not folder.is_dir():
+            continue
+        names: dict[str, list[str]] = {}
+        for entry in sorted(folder.iterdir()):
+            stem = entry.stem if entry.is_file() and entry.suffix in VARS_EXTENSIONS else entry.name
+            names.setdefault(stem, []).append(entry.name)
+        for name, entries in names.items():
+            if len(entries) > 1:
+                first = next(f"{name}{ext}" for ext in ("", *VARS_EXTENSIONS) if f"{name}{ext}" in entries)
+                out[(kind, name)] = f"{kind}/{first}"
+    return out
 
 
 def _walk(tree: Tree, group: str, body: Any, parent: str | None, parsed, rel: str) -> None:
@@ -172,6 +207,9 @@ def precedence_warnings(inventory: str | os.PathLike, known: set[str], prefixes:
         close = difflib.get_close_matches(name, names, n=1)
         out.append(f"{place}: names no {'group' if kind == 'group_vars' else 'host'} of the inventory, so Ansible "
                    f"gives its variables to no host" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    for place, read in tree.shadowed:
+        out.append(f"{place} is never read: Ansible reads {read} for that name and no other file or directory "
+                   "of it (the name itself first, then .yml, .yaml, .json); move its variables there")
     for owners, label in ((tree.group_vars, "group"), (tree.host_vars, "host")):
         for owner, variables in sorted(owners.items()):
             for var, values in sorted(variables.items()):
@@ -204,6 +242,11 @@ def precedence_warnings(inventory: str | os.PathLike, known: set[str], prefixes:
 
 
 def _group_order_warnings(tree: Tree) -> list[str]:
+    """Per host, each variable its groups set, in Ansible's order (VARIABLE_PRECEDENCE): the inventory
+    files' `vars:` of all, then of its other groups by depth and name; then group_vars/all, then
+    group_vars/ of its other groups by depth and name. A later setter with another value hides an
+    earlier one: across the two kinds whatever the groups' depth; within one kind, groups of one
+    depth by their names, and a mapping replaces a shallower group's whole."""
     out = []
     memo: dict[str, int] = {}
     for host, entries in sorted(tree.host_entries.items()):
@@ -213,12 +256,17 @@ def _group_order_warnings(tree: Tree) -> list[str]:
         ordered = sorted(groups, key=lambda g: (_depth(tree, g, memo), g))
         variables = sorted({v for g in ordered for v in (tree.group_vars.get(g, {}) | tree.group_file_vars.get(g, {}))})
         for var in variables:
-            setters = [(g, _group_value(tree, g, var)) for g in ordered]
-            setters = [(g, gv) for g, gv in setters if gv is not None]
-            for (g1, (v1, p1)), (g2, (v2, p2)) in zip(setters, setters[1:], strict=False):
-                if v1 == v2:
-                    continue
-                if _depth(tree, g1, memo) == _depth(tree, g2, memo):
+            setters = [(g, "file", tree.group_file_vars[g][var]) for g in ordered
+                       if var in tree.group_file_vars.get(g, {})]
+            setters += [(g, "dir", _last(tree.group_vars[g][var])) for g in ordered if tree.group_vars.get(g, {}).get(var)]
+            for (g1, k1, (v1, p1)), (g2, k2, (v2, p2)) in zip(setters, setters[1:], strict=False):
+                if v1 == v2 or g1 == g2:
+                    continue  # one group's two kinds: precedence_warnings names them
+                if k1 != k2:
+                    out.append(f"{var} of group {g1} ({p1}) never reaches host {host}: group {g2} sets it in {p2}, and "
+                               "Ansible puts every group_vars/ file over an inventory file's `vars:`, whatever the "
+                               "groups' depth (set it in group_vars/ of one of them)")
+                elif _depth(tree, g1, memo) == _depth(tree, g2, memo):
                     out.append(f"{var} is set differently by groups {g1} ({p1}) and {g2} ({p2}), both of host {host} "
                                f"at the same depth; Ansible takes {g2}'s because its name sorts later (set it in one "
                                "group, or give one ansible_group_priority)")

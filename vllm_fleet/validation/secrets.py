@@ -103,9 +103,10 @@ def secret_problems(host_vars: dict) -> list[str]:
         if any(SECRET_NAME.search(p) for p in path if isinstance(p, str)):
             continue
         if url_has_credentials(value):
-            problems.append(str(Problem(path, "(a URL with a credential, not shown)", "carries a credential (a user "
-                                        "and password, or a token as its user) in a clear variable, which logs "
-                                        "and plans would print",
-                                        "the URL without user:password@ or token@ (give the mirror's credentials to "
-                                        "the node by other means, e.g. a netrc file), or the URL in a secret")))
+            problems.append(str(Problem(path, "(a URL with a credential, not shown)",
+                                        "carries a credential (a user and password, a token as its user or in its "
+                                        "query) in a clear variable, which logs and plans would print",
+                                        "the URL without user:password@, token@ or a token in its query (give the "
+                                        "mirror's credentials to the node by other means, e.g. a netrc file), or "
+                                        "the URL in a secret")))
     return problems
