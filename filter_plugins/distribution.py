@@ -70,7 +70,8 @@ def fleet_distribution_allow(hosts, hostvars):
 
 
 def fleet_distribution_key(source):
-    """A hub model's revision as the mirror and every share path it: models/<org>/<name>/<revision>."""
+    """A mirrored model's revision as the mirror and every share path it (layout.model_path): a hub's
+    models/<org>/<name>/<revision>, a git source's models/git/<host>/<path>/<revision>."""
     return layout.model_path(_plain(source))
 
 

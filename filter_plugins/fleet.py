@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
 from ansible.errors import AnsibleFilterError
 
 # Ansible loads this file in every worker process that renders one of these filters, so
@@ -42,10 +43,33 @@ def fleet_inventory_problems(hostvars, hosts, sources=None):
         later: dict[str, dict[str, str]] = {}
         every = {h: _validated_vars(hostvars, h, unrendered.setdefault(str(h), {}), later.setdefault(str(h), {}))
                  for h in hostvars.keys()}
+        problems += _inline_secret_problems()
         return problems + validation.validate_inventory(every, [str(h) for h in hosts], unrendered=unrendered,
                                                         later=later), every
     except Exception as exc:  # a bug here must name the filter, not look like an inventory error
         raise AnsibleFilterError(f"fleet_inventory_problems: {exc}") from exc
+
+
+def _inline_secret_problems() -> list[str]:
+    """A secret among the extra vars given inline on this ansible-playbook's command line (not
+    -e @FILE): refused by vllm_fleet.validation.secrets.inline_secret_problems."""
+    from ansible import context  # noqa: PLC0415 - the command line of this ansible-playbook
+    from ansible.parsing.splitter import parse_kv  # noqa: PLC0415
+
+    from vllm_fleet.validation.secrets import inline_secret_problems  # noqa: PLC0415
+
+    inline: dict = {}
+    for item in (context.CLIARGS or {}).get("extra_vars") or ():
+        text = str(item).strip()
+        if not text or text.startswith("@"):
+            continue
+        try:
+            data = yaml.safe_load(text) if text[0] in "{[" else parse_kv(text)
+        except Exception:  # noqa: BLE001 - Ansible itself refuses what it cannot parse
+            continue
+        if isinstance(data, dict):
+            inline.update(data)
+    return [f"extra var {p}" for p in inline_secret_problems(inline)]
 
 
 #: The tags of playbooks/validate.yml's tasks; `always` makes any --tags run them.
@@ -564,7 +588,8 @@ def fleet_mirror_sources(entry, url, kind):
 
 
 def fleet_mirror_model_url(source, url):
-    """The base URL of a hub model's snapshot in the mirror at `url`."""
+    """The base URL of a model's snapshot in the mirror at `url` (a hub's or a git source's: layout.model_path,
+    where the sync writes it)."""
     from vllm_fleet.mirror import layout  # noqa: PLC0415
 
     return f"{url}/{layout.model_path(_plain(source))}"

@@ -51,9 +51,9 @@ from vllm_fleet.mirror.fetch import human
 
 # Peers one node opens at once (aria2c's split of a file); more add connections, not bandwidth.
 FAN_IN = 8
-#: The sources whose models go in waves: a hub's, whose snapshot the fleet's mirror holds with its
-#: sha256 list (roles/blocks/model_fetch: _model_fetch_hubs). Git, url and path sources never do.
-HUB_SOURCES = ("huggingface", "modelscope")
+#: The sources whose models go in waves: a hub's or a git repository's, whose snapshot the fleet's mirror
+#: holds with its sha256 list (roles/blocks/model_fetch: _model_fetch_hubs). Url and path sources never do.
+HUB_SOURCES = layout.SNAPSHOT_SOURCES
 
 
 def share_url(address: str, port: int, model_path: str) -> str:

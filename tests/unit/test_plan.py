@@ -4,6 +4,7 @@ install, rendered by the roles' own templates without contacting any node."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,33 @@ def test_container_unit_line_by_line(container_plan):
     assert "pip install torch==2.7.1 torch-npu==2.7.1" in docker
 
 
+def test_without_a_mirror_the_engine_gets_no_insecure_registry(container_plan):
+    assert not [p for p in container_plan.rglob("*") if p.parent.name in ("docker", "registries.conf.d")]
+
+
+@pytest.mark.ansible
+def test_with_a_mirror_the_engine_takes_its_registry_over_plain_http(tmp_path):
+    """Container mode with the fleet's mirror: docker's daemon configuration (NVIDIA) and podman's drop-in
+    (Ascend) name the mirror's registry as an insecure one, and the images come from it."""
+    import tomllib
+
+    inv, out = full_site(tmp_path), tmp_path / "plan"
+    (inv / "group_vars" / "all" / "listen.yml").unlink()  # loopback: no API key needed
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "host_vars" / "ascend-01.yml").write_text("fleet_container_runtime: podman\n")
+    proc = ansible_playbook("-i", str(inv), "playbooks/plan.yml", "-e", f"plan_dir={out}", "-l", "ascend-01,nvidia-01",
+                            "-e", "fleet_deploy_mode=container")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    files = tree(out)
+    assert json.loads(files["nvidia-01/etc/docker/daemon.json"]) == {"insecure-registries": ["192.0.2.7:8081"]}
+    assert files["nvidia-01/etc/docker/vllm-fleet-mirror-registry"] == "192.0.2.7:8081\n"
+    assert "nvidia-01/etc/containers/registries.conf.d/50-vllm-fleet-mirror.conf" not in files
+    drop_in = tomllib.loads(files["ascend-01/etc/containers/registries.conf.d/50-vllm-fleet-mirror.conf"])
+    assert drop_in == {"registry": [{"location": "192.0.2.7:8081", "insecure": True}]}
+    assert not [f for f in files if f.startswith("ascend-01/etc/docker/")]
+    assert "FROM 192.0.2.7:8081/ascend/cann:" in files["ascend-01/etc/vllm-fleet/images/ascend/Dockerfile"]
+
+
 def dockerfile_digest(node: Path, vendor: str) -> str:
     """The first 12 hex digits of the sha256 of the Dockerfile the plan would build on a node."""
     return hashlib.sha256((node / f"etc/vllm-fleet/images/{vendor}/Dockerfile").read_bytes()).hexdigest()[:12]
@@ -191,9 +219,11 @@ def test_a_built_images_tag_moves_with_any_input_of_its_dockerfile(container_pla
 
 @pytest.mark.ansible
 def test_secrets_are_masked_in_the_plan(tmp_path):
-    out = plan(tmp_path, "-l", "nvidia-nodes", "-e",
-               '{"fleet_models": [{"name": "m", "kind": "chat", "path": "/home/models/m", '
-               '"secret_env": {"VLLM_API_KEY": "sk-plan-secret-123"}}]}')
+    # In a file: a secret inline on the command line is refused (validation.secrets.inline_secret_problems).
+    given = tmp_path / "models.json"
+    given.write_text('{"fleet_models": [{"name": "m", "kind": "chat", "path": "/home/models/m", '
+                     '"secret_env": {"VLLM_API_KEY": "sk-plan-secret-123"}}]}')
+    out = plan(tmp_path, "-l", "nvidia-nodes", "-e", f"@{given}")
     files = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
     assert not any("sk-plan-secret-123" in text for text in files.values())
     secret = out / "nvidia-01/etc/vllm-fleet/vllm-m.secret.env"

@@ -102,6 +102,24 @@ def test_a_variable_that_cannot_be_rendered_is_a_refusal_naming_host_and_variabl
     assert validation.validate_inventory(hosts, ["cpu-01"], unrendered=unrendered) == []
 
 
+@pytest.mark.ansible
+def test_a_template_reading_hostvars_is_refused_saying_what_to_write(tmp_path):
+    """Ansible renders a host's variables without `hostvars` when they are read through it (a span's
+    members read each other's fleet_cluster_address so): the refusal says to write `{{ ansible_host }}`."""
+    inv = tmp_path / "inv"
+    shutil.copytree(fz.EXAMPLE, inv)
+    (inv / "group_vars" / "all" / "x.yml").write_text(
+        "fleet_cluster_address: \"{{ hostvars[inventory_hostname]['ansible_host'] }}\"\n")
+    proc = ansible_playbook("-i", str(inv), "playbooks/validate.yml")
+    played = _problems_of(proc.stdout + proc.stderr)
+    assert proc.returncode == 4 and any(
+        p.startswith("host nvidia-01: fleet_cluster_address cannot be rendered: 'hostvars' is undefined")
+        and "`{{ ansible_host }}`" in p for p in played), played
+    # What it says to write is accepted.
+    (inv / "group_vars" / "all" / "x.yml").write_text("fleet_cluster_address: \"{{ ansible_host }}\"\n")
+    assert ansible_playbook("-i", str(inv), "playbooks/validate.yml").returncode == 0
+
+
 def _inventory_with(tmp_path: Path, text: str, where: str = "group_vars/nvidia-nodes/serve.yml") -> Path:
     inv = tmp_path / "inv"
     shutil.copytree(fz.EXAMPLE, inv)
@@ -476,3 +494,19 @@ def test_plain_ansible_playbook_exits_4_on_a_refused_inventory_and_touches_no_ho
     # Nothing after the validation play ran: no task of another play, no failed or unreachable host.
     assert proc.stdout.count("PLAY [") == 1 and "UNREACHABLE" not in output, output[-3000:]
     assert not re.search(r"^(fatal|failed): ", output, re.M), output[-3000:]
+
+
+@pytest.mark.ansible
+@pytest.mark.parametrize("inline", ['{"fleet_serve_api_key": "sk-inline-0123456789abcdef"}',
+                                    "fleet_serve_api_key=sk-inline-0123456789abcdef",
+                                    '{"router_api_keys": [{"name": "a", "key": "sk-inline-0123456789abcdef"}]}'])
+def test_a_secret_inline_on_the_command_line_is_refused_and_a_file_is_not(tmp_path, inline):
+    secret = "sk-inline-0123456789abcdef"
+    proc = ansible_playbook("-i", str(fz.EXAMPLE), "playbooks/validate.yml", "-e", inline)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and any(p.startswith("extra var ") and "given inline on the command line" in p
+                                        for p in _problems_of(output)), output[-3000:]
+    assert secret not in output
+    given = tmp_path / "secrets.yml"
+    given.write_text(f"fleet_serve_api_key: {secret}\n")
+    assert ansible_playbook("-i", str(fz.EXAMPLE), "playbooks/validate.yml", "-e", f"@{given}").returncode == 0

@@ -12,7 +12,8 @@ Read from each host's rendered variables (vllm_fleet.inventory.host_vars):
   matrix's versions (vllm_fleet.release.pin_specs, as the install steps), the hub clients of the
   model sources the node uses (roles/blocks/model_fetch), vllm-router on router hosts (roles/services/router),
   resolved for the node's Python (the matrix's) and architecture (``fleet_architecture``);
-- every model whose source is a hub (modelscope, huggingface) at its revision, and the files of a
+- every model whose source is a hub (modelscope, huggingface) or a git repository (its checkout with
+  the LFS files, the remote's HEAD unless it names a revision) at its revision, and the files of a
   ``url`` source with their checksums;
 - the distribution packages the roles install with apt on each host (``APT_SETS``: by the groups the
   host is in), and a vendor's packages from the inventory's apt repositories at the matrix's version
@@ -41,6 +42,7 @@ from vllm_fleet.mirror.layout import (
     APT_RELEASE,
     DEB_ARCH,
     DEFAULT_REVISION,
+    GIT_HEAD,
     GITHUB,
     artifact_path,
     git_path,
@@ -131,7 +133,7 @@ class Item:
     arch: str = ""                 # pip, deb: the nodes' architecture; image: theirs ("": every one)
     index: dict = field(default_factory=dict)        # pip: index_url, extra_index_urls...; git: github_mirror;
     #                                                  deb: without_recommends, repositories
-    hub: str = ""                  # model: modelscope | huggingface | url
+    hub: str = ""                  # model: modelscope | huggingface | git | url
     files: list[dict] = field(default_factory=list)  # model of a url source: [{name, sha256}]
     size_hint: int = 0             # bytes the inventory declares (a model's size_gb), when nothing else says
     wanted_by: list[str] = field(default_factory=list)
@@ -372,7 +374,7 @@ def _vendor_entries(bill: Bill, host: str, hv: dict, vendor: str, matrix: dict) 
 
 
 def _models(bill: Bill, host: str, hv: dict, matrix: dict) -> list[str]:
-    """Add the host's hub and url models; return the hub clients' pins its model fetch installs."""
+    """Add the host's hub, git and url models; return the hub clients' pins its model fetch installs."""
     hub = hv.get("fleet_hub") or {}
     types = set()
     fetched = []
@@ -399,8 +401,13 @@ def _models(bill: Bill, host: str, hv: dict, matrix: dict) -> list[str]:
             files = [{"name": f["name"], "sha256": f["sha256"]} for f in source.get("files") or []]
             bill.add(Item("model", f"models/{model.get('name')}", sources=[str(source.get("url"))], hub="url",
                           files=files, size_hint=size), who)
-        elif kind in ("git", "path"):
-            bill.skipped.append(f"{who}: a {kind} source is not mirrored (use huggingface, modelscope or url)")
+        elif kind == "git":
+            # The repository's checkout at the revision (the remote's HEAD when it names none), its LFS
+            # files whole: a snapshot like a hub's, from the one URL the inventory names.
+            bill.add(Item("model", model_path(source), sources=[str(source["url"])],
+                          ref=str(source.get("revision") or GIT_HEAD), hub="git", size_hint=size), who)
+        elif kind == "path":
+            bill.skipped.append(f"{who}: a path source is on the node already: not mirrored")
     pins = {dist: key for kind in sorted(types) for dist, key in HUB_CLIENTS[kind].items() if key in matrix}
     return release.pin_specs(pins, matrix)
 

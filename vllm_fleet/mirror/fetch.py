@@ -8,7 +8,9 @@
 - pip's own resolver (``pip install --dry-run --report``) for the nodes' Python and platform,
   then each wheel as a file with the index's sha256;
 - the hubs' own clients (``huggingface_hub``, ``modelscope``) in a child process
-  (``python -m vllm_fleet.mirror.hubclient``), so each gets only its endpoint's environment.
+  (``python -m vllm_fleet.mirror.hubclient``), so each gets only its endpoint's environment;
+- a model of a ``git`` source by ``git`` and ``git lfs`` (Debian's git-lfs), as a node would clone it,
+  into a working copy kept in a cache between syncs (``git_model_checkout``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,6 +150,82 @@ def git_fetch(urls: list[str], repo: Path, ref: str) -> None:
             return
         errors.append(f"{url}: " + (" ".join(done.stderr.split())[-300:] if done.returncode else f"has no {ref}"))
     raise FetchError("; ".join(errors))
+
+
+#: The working copies of git model sources, kept between syncs (a sync cut off resumes from what came, a
+#: second one fetches only what changed); VLLM_FLEET_GIT_CACHE moves it, ~/.cache serves where it is not writable.
+GIT_MODEL_CACHE = Path("/var/cache/vllm-fleet/models-git")
+
+
+def git_model_cache() -> Path:
+    if os.environ.get("VLLM_FLEET_GIT_CACHE"):
+        return Path(os.environ["VLLM_FLEET_GIT_CACHE"])
+    try:
+        GIT_MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        if os.access(GIT_MODEL_CACHE, os.W_OK):
+            return GIT_MODEL_CACHE
+    except OSError:
+        pass
+    return Path.home() / ".cache" / "vllm-fleet" / "models-git"
+
+
+def lfs_url(url: str) -> str:
+    """The LFS endpoint of a git URL, as git-lfs derives it (<repository>.git/info/lfs)."""
+    base = url.rstrip("/")
+    return f"{base if base.endswith('.git') else base + '.git'}/info/lfs"
+
+
+def git_model_checkout(url: str, revision: str, work: Path) -> tuple[str, list[str]]:
+    """Check out `revision` of the git model at `url` (a branch, tag or commit; HEAD: the remote's) in the
+    working copy `work`, with its LFS files whole, as roles/blocks/model_fetch's source_git.yml clones it on
+    a node: a full fetch (a hub's dumb HTTP cannot answer a shallow one), the revision resolved among the
+    remote's branches, then as a tag or commit. Only `url` is contacted: its LFS endpoint is set from it,
+    never from a .lfsconfig of the repository. Returns (the commit, the checked-out files, sorted)."""
+    if shutil.which("git-lfs") is None:
+        raise FetchError("git-lfs is not installed on this machine (apt-get install git-lfs)")
+    if not (work / ".git").is_dir():
+        work.mkdir(parents=True, exist_ok=True)
+        _git("init", "--quiet", str(work))
+    repo = ("-C", str(work))
+    for key, value in (("remote.origin.url", url), ("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"),
+                       ("lfs.url", lfs_url(url)), ("remote.origin.lfsurl", lfs_url(url)),
+                       ("submodule.recurse", "false")):
+        _git(*repo, "config", key, value)
+    # The LFS filters of this working copy only: a checkout writes pointers, `git lfs pull` the files.
+    _git(*repo, "lfs", "install", "--local", "--skip-smudge", "--force")
+    done = _git(*repo, "fetch", "--quiet", "--tags", "origin", check=False)
+    if done.returncode != 0:
+        raise FetchError(f"git fetch {url}: " + " ".join(done.stderr.split())[-300:])
+    if revision == "HEAD":
+        done = _git(*repo, "fetch", "--quiet", "origin", "HEAD", check=False)
+        commit = _git(*repo, "rev-parse", "--verify", "FETCH_HEAD^{commit}", check=False) if not done.returncode \
+            else done
+    else:
+        commit = _git(*repo, "rev-parse", "-q", "--verify", f"refs/remotes/origin/{revision}^{{commit}}", check=False)
+        if commit.returncode != 0:
+            commit = _git(*repo, "rev-parse", "-q", "--verify", f"{revision}^{{commit}}", check=False)
+    if commit.returncode != 0:
+        raise FetchError(f"{url} has no {revision}" + (": " + " ".join(commit.stderr.split())[-300:]
+                                                       if commit.stderr.strip() else ""))
+    sha = commit.stdout.strip()
+    done = _git(*repo, "checkout", "--quiet", "--force", "--detach", sha, check=False)
+    if done.returncode == 0:
+        done = _git(*repo, "lfs", "pull", "origin", check=False)
+    if done.returncode != 0:
+        raise FetchError(f"{url}@{revision}: " + " ".join(done.stderr.split())[-300:])
+    names = sorted(n for n in _git(*repo, "ls-files", "-z").stdout.split("\0") if n)
+    pointers = [n for n in _git(*repo, "lfs", "ls-files", "--name-only").stdout.splitlines()
+                if not _lfs_whole(work / n)]
+    if pointers:
+        raise FetchError(f"{url}@{revision}: git lfs pull left pointers, not files: {', '.join(pointers[:5])}")
+    return sha, names
+
+
+def _lfs_whole(path: Path) -> bool:
+    """Whether a file git-lfs tracks holds its content (not the pointer a checkout without it writes)."""
+    with open(path, "rb") as handle:
+        head = handle.read(200)
+    return not head.startswith(b"version https://git-lfs.github.com/spec/v1\n")
 
 
 _FETCH_CONTENT = re.compile(r"FetchContent_Declare\s*\((?P<body>[^)]*)\)", re.S)

@@ -17,6 +17,12 @@ from vllm_fleet.role_specs import role_default
 
 #: The default revision of a hub repository when the inventory names none (what the clients fetch).
 DEFAULT_REVISION = {"huggingface": "main", "modelscope": "master"}
+#: A git model source's revision when the inventory names none: the remote's HEAD (what a clone checks out).
+GIT_HEAD = "HEAD"
+#: The model sources whose snapshot the fleet's mirror holds, with its sha256 list: the hubs' and git's
+#: (roles/blocks/model_fetch: _model_fetch_hubs). A url source's files are the mirror's too, each by its
+#: own checksum; a path source is on the node already.
+SNAPSHOT_SOURCES = (*DEFAULT_REVISION, "git")
 GITHUB = "https://github.com"
 #: The source variables a mirror gives their default, and the path of each under the mirror.
 SOURCE_PATHS = {"fleet_pip_index_url": "/pypi/simple/", "fleet_github_mirror": "/git/github.com",
@@ -110,7 +116,11 @@ def artifact_path(entry: dict) -> str:
 
 
 def model_path(source: dict) -> str:
-    """Where a hub model's snapshot is in the mirror: models/<org>/<name>/<revision as the inventory names it>."""
+    """Where a model's snapshot is in the mirror, under the revision as the inventory names it: a hub's
+    models/<org>/<name>/<revision>; a git source's models/git/<host>/<path without .git>/<revision, or HEAD>."""
+    if source.get("type") == "git":
+        parts = [p for p in git_path(str(source["url"])).removesuffix(".git").split("/") if p]
+        return f"models/{'/'.join(parts)}/{source.get('revision') or GIT_HEAD}"
     return f"models/{source['repo']}/{source.get('revision') or DEFAULT_REVISION[source['type']]}"
 
 

@@ -145,6 +145,9 @@ def _size(entry: Entry) -> None:
         info = fetch.hub("info", item)
         entry.detail["info"] = info
         entry.size = sum(int(f.get("size") or 0) for f in info["files"])
+    elif item.kind == "model" and item.hub == "git":
+        # Known only once cloned; the inventory's size_gb, where it says one.
+        entry.size = item.size_hint or None
     elif item.kind == "model":
         sizes = [fetch.head_size(f"{item.sources[0].rstrip('/')}/{f['name']}") for f in item.files]
         entry.size = sum(s or 0 for s in sizes) or item.size_hint
@@ -286,6 +289,8 @@ def _model(entry: Entry, manifest: store.Manifest, log) -> int:
             files.append(rel)
         manifest.items[f"model:{item.key}"] = {"files": files, "wanted_by": item.wanted_by}
         return received
+    if item.hub == "git":
+        return _git_model(entry, manifest, log)
     info = entry.detail.get("info") or fetch.hub("info", item)
     if not info["files"]:
         raise FetchError(f"the hub lists no file in {item.key[len('models/'):]}")
@@ -303,14 +308,47 @@ def _model(entry: Entry, manifest: store.Manifest, log) -> int:
             raise FetchError(f"{f['name']} is listed by the hub but was not downloaded")
         if f.get("size") is not None and (manifest.root / rel).stat().st_size != int(f["size"]):
             raise FetchError(f"{f['name']}: {(manifest.root / rel).stat().st_size} bytes, the hub lists {f['size']}")
+    _snapshot(manifest, item, rel_dir, [f["name"] for f in info["files"]], info["revision"])
+    return max(_tree_size(local) - before, 0)
+
+
+def _git_model(entry: Entry, manifest: store.Manifest, log) -> int:
+    """A git source's model: its working copy in the cache (fetched, the revision checked out, its LFS files
+    pulled), then its files, without .git, copied into the snapshot under the revision the inventory names."""
+    item = entry.item
+    url = item.sources[0]
+    work = fetch.git_model_cache() / git_path(url).removeprefix("git/")
+    before = _tree_size(work / ".git")
+    commit, names = fetch.git_model_checkout(url, item.ref, work)
+    received = max(_tree_size(work / ".git") - before, 0)
+    log(f"  {url}@{item.ref}: {commit}, {len(names)} file(s)")
+    local = manifest.root / item.key
+    for name in names:
+        # A link would copy what it points at (anywhere on this machine), a submodule is another repository.
+        if (work / name).is_symlink() or not (work / name).is_file() or "\n" in name:
+            raise FetchError(f"{url}@{item.ref}: {name!r} is not a plain file (a link, a submodule): not mirrored")
+    for name in names:
+        dest = local / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(dest.name + ".part")
+        shutil.copyfile(work / name, part)
+        part.replace(dest)
+    _snapshot(manifest, item, item.key, names, commit)
+    return received
+
+
+def _snapshot(manifest: store.Manifest, item: bom.Item, rel_dir: str, names: list[str], revision: str) -> None:
+    """Record a model snapshot's files (each with its sha256), write its sha256 list beside it (what the nodes
+    read, sha256sum -c's format) and its item: the commit the revision named when synced."""
+    files = []
+    for name in names:
+        rel = f"{rel_dir}/{name}"
         manifest.add_file(rel)
         files.append(rel)
-    # The sha256 manifest of the snapshot, beside it (sha256sum -c reads it).
     sums = manifest.root / f"{rel_dir}.sha256"
     sums.write_text("".join(f"{manifest.files[rel]['sha256']}  {rel[len(rel_dir) + 1:]}\n" for rel in files))
-    manifest.items[f"model:{item.key}"] = {"revision": info["revision"], "dir": rel_dir, "files": files,
+    manifest.items[f"model:{item.key}"] = {"revision": revision, "dir": rel_dir, "files": files,
                                            "wanted_by": item.wanted_by}
-    return max(_tree_size(local) - before, 0)
 
 
 def _image(entry: Entry, manifest: store.Manifest, log) -> int:

@@ -177,6 +177,13 @@ def validate_hosts(hosts: dict[str, dict], inventory: dict[str, dict] | None = N
 RENDER_ACCEPTED = ("a value, or a template of variables defined for this host when validation runs (facts are "
                    "gathered after it: a validated variable cannot depend on ansible_facts)")
 
+#: ... and one that reads `hostvars`: Ansible renders a host's variables without it whenever they are read
+#: through hostvars (by validation, and by the roles that read another host's, as a span's members do).
+RENDER_HOSTVARS_ACCEPTED = ("a value, or a template of this host's own variables without `hostvars` (Ansible "
+                            "renders a host's variables without it when they are read through hostvars[...], as "
+                            "validation and the roles that read another host's do): `{{ ansible_host }}` for "
+                            "`{{ hostvars[inventory_hostname]['ansible_host'] }}`, the other host's value written out")
+
 
 def render_problems(unrendered: dict[str, dict[str, str]], hosts: list[str]) -> list[str]:
     """A variable of a host of the run that Ansible cannot render (an undefined variable, a
@@ -185,7 +192,8 @@ def render_problems(unrendered: dict[str, dict[str, str]], hosts: list[str]) -> 
     problems = []
     for host in sorted(hosts):
         for name, error in sorted((unrendered.get(host) or {}).items()):
-            problems.append(f"host {host}: {name} cannot be rendered: {error}; accepted: {RENDER_ACCEPTED}")
+            accepted = RENDER_HOSTVARS_ACCEPTED if "'hostvars' is undefined" in error else RENDER_ACCEPTED
+            problems.append(f"host {host}: {name} cannot be rendered: {error}; accepted: {accepted}")
     return problems
 
 

@@ -110,3 +110,15 @@ def secret_problems(host_vars: dict) -> list[str]:
                                         "mirror's credentials to the node by other means, e.g. a netrc file), or "
                                         "the URL in a secret")))
     return problems
+
+
+def inline_secret_problems(extra_vars: dict) -> list[str]:
+    """A secret given inline on the command line (-e KEY=VALUE, -e '{...}'), which the process list,
+    shell history and CI logs show: refused, whatever its value. A file (-e @FILE, vault-encrypted)
+    or vllm-fleet's --secrets FILE carries it instead."""
+    return [str(Problem(path, "(a secret, not shown)", "is a secret given inline on the command line, which the "
+                        "process list, the shell's history and a CI log show",
+                        "-e @FILE with the file vault-encrypted (ansible-vault encrypt FILE), or vllm-fleet's "
+                        "--secrets FILE"))
+            for path, value in _secret_leaves(extra_vars, (), False)
+            if value not in (None, "") and path and path[-1] is not None]
