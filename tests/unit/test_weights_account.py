@@ -95,13 +95,13 @@ def test_placement_sizes_a_revision_by_a_holders_copy_else_by_the_inventory():
 def test_the_plans_waves_are_a_first_runs_in_a_stable_order():
     nodes = hosts(5)
     items = {h: [{"name": "m", "path": "/m", "source": HUB, "size_gb": 1}] for h in nodes[1:]}
-    items["n00"] = [{"name": "x", "path": "/x", "source": {"type": "git", "url": "https://x/g.git"}}]
+    items["n00"] = [{"name": "x", "path": "/x", "source": {"type": "path"}}]
     bases = {h: dist.share_url(f"10.0.0.{i}", 8091, "") for i, h in enumerate(nodes)}
     text = dist.waves_document(nodes, items, MIRROR, bases)
     assert text == dist.waves_document(nodes, items, MIRROR, bases)  # diff -r of two plans: no noise
     doc = yaml.safe_load(text)
     assert doc["assumption"] == dist.WAVES_ASSUMPTION and "no node holds" in doc["assumption"]
-    (revision,) = doc["revisions"]  # git sources never go in waves
+    (revision,) = doc["revisions"]  # a path source is on its node already: never in waves
     assert revision["revision"] == "org/m@r1" and revision["mirror_path"] == "models/org/m/r1"
     assert revision["size_bytes"] == 1_000_000_000 and revision["nodes"] == 4
     # The play's batches over all five nodes: n00 (nothing to fetch), n01, then n02 and n03, then n04.
@@ -130,3 +130,15 @@ def test_the_plans_filter_reads_each_nodes_models_and_share():
     (revision,) = doc["revisions"]
     assert revision["nodes"] == 2
     assert revision["waves"][1]["nodes"][0]["sources"][0] == "http://10.0.0.0:8091/models/org/m/r1"
+
+
+def test_a_git_sources_snapshot_goes_in_waves_like_a_hub_models():
+    """The mirror holds a git source's checkout as a snapshot (vllm_fleet.mirror.layout.SNAPSHOT_SOURCES):
+    the nodes fetch it in waves from the mirror and their peers, as a hub model's."""
+    nodes = hosts(3)
+    git = {"type": "git", "url": "https://git.internal/org/g.git", "revision": "main"}
+    items = {h: [{"name": "g", "path": "/g", "source": git, "size_gb": 1}] for h in nodes}
+    bases = {h: dist.share_url(f"10.0.0.{i}", 8091, "") for i, h in enumerate(nodes)}
+    (revision,) = yaml.safe_load(dist.waves_document(nodes, items, MIRROR, bases))["revisions"]
+    assert revision["mirror_path"] == "models/git/git.internal/org/g/main" and revision["nodes"] == 3
+    assert revision["bytes"]["peers"] > 0
