@@ -510,3 +510,7 @@ def test_a_secret_inline_on_the_command_line_is_refused_and_a_file_is_not(tmp_pa
     given = tmp_path / "secrets.yml"
     given.write_text(f"fleet_serve_api_key: {secret}\n")
     assert ansible_playbook("-i", str(fz.EXAMPLE), "playbooks/validate.yml", "-e", f"@{given}").returncode == 0
+    # A reference on the line, the secret in the file: nothing secret on the command line.
+    given.write_text(f"site_key: {secret}\n")
+    assert ansible_playbook("-i", str(fz.EXAMPLE), "playbooks/validate.yml", "-e", f"@{given}", "-e",
+                            '{"fleet_serve_api_key": "{{ site_key }}"}').returncode == 0

@@ -121,4 +121,6 @@ def inline_secret_problems(extra_vars: dict) -> list[str]:
                         "-e @FILE with the file vault-encrypted (ansible-vault encrypt FILE), or vllm-fleet's "
                         "--secrets FILE"))
             for path, value in _secret_leaves(extra_vars, (), False)
-            if value not in (None, "") and path and path[-1] is not None]
+            if value not in (None, "") and path and path[-1] is not None
+            # A reference (`{{ vllm_api_key }}`) names the secret, given in a file: no secret on the line.
+            and not (isinstance(value, str) and ("{{" in value or "{%" in value))]
