@@ -59,14 +59,19 @@ def start_labweb(root: Path, log: Path, faults: Path | None = None) -> tuple[sub
         proc = subprocess.Popen([sys.executable, str(labweb), "--root", str(root), "--port", str(port),
                                  *(["--faults", str(faults)] if faults else [])],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-    deadline = time.monotonic() + 10
+    wait_for_port(proc, port, log)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_for_port(proc: subprocess.Popen, port: int, log: Path, timeout: float = 10) -> None:
+    """Until `proc` accepts connections on 127.0.0.1:`port`; fails with its `log` if it exits or times out."""
+    deadline = time.monotonic() + timeout
     while True:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
+                return
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def load_module(path: Path, name: str | None = None, register: bool = False) -> ModuleType:

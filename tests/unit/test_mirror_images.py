@@ -17,12 +17,11 @@ import socket
 import subprocess
 import tarfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import OffLoopbackTrap
+from tests.conftest import OffLoopbackTrap, wait_for_port
 from vllm_fleet.mirror import bom, check, oci, store
 from vllm_fleet.mirror import sync as mirror_sync
 
@@ -89,13 +88,7 @@ def upstream(tmp_path_factory):
     patch.setenv("NO_PROXY", "127.0.0.1")
     patch.setenv("no_proxy", "127.0.0.1")
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_for_port(proc, port, log)
         registry = f"127.0.0.1:{port}"
         _tiny_image(tmp / "src", "1", b"hello from the fleet\n")
         subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{tmp / 'src'}:1",

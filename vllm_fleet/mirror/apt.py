@@ -65,15 +65,7 @@ class AptError(fetch.FetchError):
 
 
 def cache_root() -> Path:
-    if os.environ.get("VLLM_FLEET_APT_CACHE"):
-        return Path(os.environ["VLLM_FLEET_APT_CACHE"])
-    try:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        if os.access(CACHE, os.W_OK):
-            return CACHE
-    except OSError:
-        pass
-    return Path.home() / ".cache" / "vllm-fleet" / "apt"
+    return fetch.cache_dir(CACHE, "VLLM_FLEET_APT_CACHE")
 
 
 # ---------------------------------------------------------------- the machine's sources

@@ -157,16 +157,22 @@ def git_fetch(urls: list[str], repo: Path, ref: str) -> None:
 GIT_MODEL_CACHE = Path("/var/cache/vllm-fleet/models-git")
 
 
-def git_model_cache() -> Path:
-    if os.environ.get("VLLM_FLEET_GIT_CACHE"):
-        return Path(os.environ["VLLM_FLEET_GIT_CACHE"])
+def cache_dir(default: Path, env: str) -> Path:
+    """A cache of the sync's kept between runs: `env` when set, else `default` (under /var/cache) when
+    it can be written, else the same name under ~/.cache/vllm-fleet."""
+    if os.environ.get(env):
+        return Path(os.environ[env])
     try:
-        GIT_MODEL_CACHE.mkdir(parents=True, exist_ok=True)
-        if os.access(GIT_MODEL_CACHE, os.W_OK):
-            return GIT_MODEL_CACHE
+        default.mkdir(parents=True, exist_ok=True)
+        if os.access(default, os.W_OK):
+            return default
     except OSError:
         pass
-    return Path.home() / ".cache" / "vllm-fleet" / "models-git"
+    return Path.home() / ".cache" / "vllm-fleet" / default.name
+
+
+def git_model_cache() -> Path:
+    return cache_dir(GIT_MODEL_CACHE, "VLLM_FLEET_GIT_CACHE")
 
 
 def lfs_url(url: str) -> str:
