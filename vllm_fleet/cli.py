@@ -169,7 +169,7 @@ def _inventory(path: str | None) -> str:
     """The inventory named with -i, resolved against the working directory only: never a default,
     never the checkout vllm-fleet was installed from (a command acts on what it was given)."""
     if not path:
-        raise ValueError("no inventory given: name the one to act on with -i inventories/<yours> "
+        raise ValueError("no inventory given: name the one to act on with -i inventories/site "
                          "(the lab's, after `vllm-fleet lab up`: -i inventories/lab); vllm-fleet has no default")
     p = Path(path)
     if p.exists():

@@ -56,6 +56,38 @@ def commands(text: str, runnable: bool = False) -> list[list[str]]:
     return out
 
 
+#: An inline code span that is a command line a reader copies into a shell.
+INLINE_COMMAND = re.compile(r"`((?:\.venv/bin/)?(?:vllm-fleet|ansible-playbook|ansible-inventory|ansible-doc|cp|git|"
+                            r"\./scripts/\S+) [^`\n]*)`")
+PLACEHOLDER = re.compile(r"<[\w.-]+>")
+
+
+def bare_placeholders(line: str) -> list[str]:
+    """The `<placeholders>` of a command line that a shell would read as redirections (outside quotes,
+    before a comment): `-i inventories/<yours> site.yml` reads the file `yours` and writes site.yml."""
+    found, quote = [], ""
+    for i, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            break
+        elif char == "<" and (m := PLACEHOLDER.match(line, i)):
+            found.append(m.group())
+    return found
+
+
+def shell_unsafe(text: str) -> list[str]:
+    """The command lines of `text` (fenced, run by a shell; inline code spans that are commands) with a
+    bare placeholder."""
+    lines = [ln.strip().removeprefix("$ ") for block in FENCED.findall(text)
+             for ln in re.sub(r"\\\n\s*", " ", block).splitlines()]
+    lines = [ln for ln in lines if commands(f"```\n{ln}\n```\n", runnable=True)]
+    lines += [m.group(1) for m in INLINE_COMMAND.finditer(FENCED.sub("", text))]
+    return [ln for ln in lines if bare_placeholders(ln)]
+
+
 def reads_inventory(argv: list[str]) -> bool:
     if argv[0] == "ansible-playbook":
         return not {"--syntax-check", "--version", "--help", "-h"} & set(argv)
@@ -92,6 +124,21 @@ def test_every_command_in_the_docs_names_its_inventory(page: Path):
     assert unnamed(page.read_text()) == []
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_command_in_the_docs_runs_in_a_shell_as_written(page: Path):
+    """No `<placeholder>` a shell reads as a redirection: every page names the inventory inventories/site,
+    the copy usage.md has the reader make."""
+    assert shell_unsafe(page.read_text()) == []
+
+
+def test_the_shell_check_finds_a_bare_placeholder():
+    text = ("Run `vllm-fleet plan -i inventories/<yours> -o p` or `vllm-fleet-router-model_<name>`.\n"
+            "```sh\nansible-playbook -i inventories/<yours> site.yml\n"
+            "vllm-fleet status -i 'inventories/<yours>'   # quoted: <fine>\n# vllm-fleet doctor -i <x>\n```\n")
+    assert shell_unsafe(text) == ["ansible-playbook -i inventories/<yours> site.yml",
+                                  "vllm-fleet plan -i inventories/<yours> -o p"]
+
+
 def test_the_check_finds_a_command_without_an_inventory():
     text = ("```sh\n.venv/bin/vllm-fleet rollout -l nvidia-nodes   # one by one\n"
             "ANSIBLE_FORCE_COLOR=1 ansible-playbook playbooks/router-drain.yml \\\n  -e router_drain_node=n1\n"
@@ -117,7 +164,7 @@ def test_the_cli_has_no_default_inventory(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli.main(argv) == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert "no inventory given" in err and "-i inventories/<yours>" in err
+    assert "no inventory given" in err and "-i inventories/site" in err
 
 
 def test_a_relative_inventory_is_the_working_directory_s(capsys, tmp_path, monkeypatch):
@@ -158,4 +205,4 @@ def test_plain_ansible_playbook_without_an_inventory_stops_saying_so(monkeypatch
     proc = ansible_playbook("site.yml")
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0 and "TASK [" not in proc.stdout
-    assert "no inventory was given" in out and "ansible-playbook -i inventories/<yours> site.yml" in out
+    assert "no inventory was given" in out and "ansible-playbook -i inventories/site site.yml" in out

@@ -9,6 +9,7 @@ resolves and fetches a small package from the machine's own Debian sources, as a
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -102,7 +103,8 @@ def test_every_package_a_role_installs_with_apt_is_in_the_mirrors_list():
         seen_apt += 1
         where = f"roles/{role}/tasks/{file}: {task.get('name')!r}"
         if "deb" in args:
-            # A package file of the matrix (blocks/download checks its sha256); its own Depends are not read.
+            # A package file of the matrix (blocks/download checks its sha256): the sync resolves it with its host's
+            # set, so what it depends on joins the repository (sync._add_package_file_depends).
             assert role == "vendors/musa_driver", f"{where} installs a .deb file the mirror's list does not know"
             continue
         name = args.get("name")
@@ -422,6 +424,51 @@ def test_a_package_no_source_has_is_named_with_its_host_and_nothing_is_built(arc
     assert not summary.ok
     assert "no-such-package" in summary.failed[0] and "n1: the distribution's packages" in summary.failed[0]
     assert not (out / "apt").exists()
+
+
+@needs_tools
+def test_a_package_file_of_the_matrix_brings_what_it_depends_on_into_the_repository(archive, tmp_path):
+    """MUSA's driver is a .deb the node installs with apt (roles/vendors/musa_driver), which takes what it
+    depends on from the node's apt sources: at an air-gapped site, the mirror's. The sync fetches the file
+    first and resolves it with its host's set as apt does (an alternative chosen as apt chooses it); a
+    bare node reading the mirror alone installs it; a second sync fetches nothing."""
+    url, repo = archive
+    web, work, out = tmp_path / "web", tmp_path / "build", tmp_path / "mirror"
+    driver = _deb(web / "files", work, "musa-stand-in", "2.0",
+                  **{"Pre-Depends": "tiny-g", "Depends": "tiny-a (>= 0.5), no-such-package | tiny-f"})
+    sha = hashlib.sha256(driver.read_bytes()).hexdigest()
+    bill = _bill((["tiny-e"], [], [], "n1: the distribution's packages (...)"),
+                 (["tiny-b"], [], [], "r1: the distribution's packages (...)"))
+    key = "artifacts/musa/musa-stand-in_2.0_all.deb"
+    bill.add(bom.Item("artifact", key, sources=[f"{url}/files/{driver.name}"], sha256=sha),
+             "n1: fleet_matrix.musa_driver")
+    lines: list[str] = []
+    assert mirror_sync.sync(bill, out, check=True, log=lines.append).ok
+    assert f"artifact {key}: to fetch" in "\n".join(lines) and "once it is fetched" in "\n".join(lines)
+    assert not (out / key).exists()
+
+    lines = []
+    summary = mirror_sync.sync(bill, out, log=lines.append)
+    text = "\n".join(lines)
+    assert summary.ok, (summary.failed, text)
+    pool = {p.name.split("_")[0] for p in (out / "apt" / "pool").rglob("*.deb")}
+    # tiny-a brings tiny-b and its Recommends tiny-c; tiny-e is installed without Recommends.
+    assert pool == {"tiny-a", "tiny-b", "tiny-c", "tiny-e", "tiny-f", "tiny-g"}, (pool, text)
+    assert "musa-stand-in" not in pool, "the file is the artifact, not a package of the repository"
+    record = next(r for k, r in json.loads((out / store.MANIFEST).read_text())["items"].items()
+                  if k.startswith("deb:") and "n1: the distribution's packages (...)" in r["wanted_by"])
+    assert record["package_files"] == [key]
+    env = _node_apt(tmp_path, out, out / APT_KEY)
+    update = subprocess.run(["apt-get", "update", "-q", "--error-on=any"], env=env, capture_output=True, text=True)
+    assert update.returncode == 0, update.stdout + update.stderr
+    install = subprocess.run(["apt-get", "install", "-s", str(out / key)], env=env, capture_output=True, text=True)
+    assert install.returncode == 0 and "Inst musa-stand-in" in install.stdout, install.stdout + install.stderr
+
+    before = len(_Log.requests)
+    lines = []
+    assert mirror_sync.sync(bill, out, log=lines.append).ok
+    assert "fetched 0 item(s), 0 B" in "\n".join(lines), lines
+    assert len(_Log.requests) == before
 
 
 @needs_tools

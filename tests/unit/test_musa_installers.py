@@ -304,5 +304,7 @@ def test_driver_package_writes_the_version_file_mthreads_gmi_reads(tmp_path, bui
     deb = built["musa_driver"]["path"]
     info = run(["dpkg-deb", "--field", deb, "Package", "Version", "Architecture"]).stdout
     assert info.splitlines() == ["Package: musa", "Version: 3.1.0", "Architecture: amd64"]
+    # What apt installs with it from the node's sources (the mirror's, on the air-gapped lab).
+    assert run(["dpkg-deb", "--field", deb, "Depends"]).stdout.strip() == "libdrm2 (>= 2.4), libpciaccess0"
     assert run(["dpkg-deb", "-x", deb, str(tmp_path)]).returncode == 0
     assert (tmp_path / "usr/lib/mthreads/version.info").read_text() == "Version=3.1.0\n"

@@ -280,17 +280,22 @@ def private_apt(item: bom.Item, cache: Path | None = None) -> PrivateApt:
 
 
 def _split(item: bom.Item) -> tuple[list[str], list[str]]:
+    """What apt installs with recommends (the packages, and the package files the host installs with apt,
+    by absolute path: apt resolves what each depends on), and without."""
     without = list(item.index.get("without_recommends") or [])
-    return list(item.specs), without
+    return list(item.specs) + list(item.index.get("package_files") or []), without
 
 
 def closure(item: bom.Item, cache: Path | None = None) -> list[dict]:
-    """The packages a deb item's host installs, with every dependency, in the order apt lists them."""
+    """The packages a deb item's host installs, with every dependency, in the order apt lists them (the
+    package files themselves left out: the mirror holds each as the artifact it is)."""
     apt = private_apt(item, cache)
     with_rec, without = _split(item)
+    files = {f"file:{f}" for f in item.index.get("package_files") or []}
     packages: dict[str, dict] = {}
     for package in apt.resolve(with_rec, True) + apt.resolve(without, False):
-        packages.setdefault(package["file"], package)
+        if package["uri"] not in files:
+            packages.setdefault(package["file"], package)
     return list(packages.values())
 
 

@@ -89,8 +89,40 @@ def plan(bill: bom.Bill, root: Path, log=print) -> list[Entry]:
         if entry.item.kind == "git" and entry.present:
             for dep in _deps(entry.item, root, bill):
                 entries.append(Entry(dep, _present(dep, manifest)))
+    _add_package_file_depends(entries, manifest, log)
     _plan_apt(entries, manifest, log)
     return entries
+
+
+def package_file(item: bom.Item) -> bool:
+    """A Debian package file of the matrix (MUSA's driver): the node installs it with apt, which installs its
+    dependencies from the node's apt sources, so they belong in the mirror's apt repository."""
+    return item.kind == "artifact" and item.key.endswith(".deb")
+
+
+def _host(who: str) -> str:
+    return who.split(": ", 1)[0]
+
+
+def _add_package_file_depends(entries: list[Entry], manifest: store.Manifest, log) -> None:
+    """Give each package file the mirror holds to the apt sets of the hosts that install it: apt resolves the
+    file itself with the set (apt-get install FILE, as the node's apt does), so the packages it depends on,
+    alternatives chosen as apt chooses them, join the repository. One the mirror does not hold yet is
+    given once fetched (sync fetches those first)."""
+    sets = [e for e in entries if e.item.kind == "deb"]
+    for entry in entries:
+        if not package_file(entry.item) or not entry.present:
+            continue
+        path = str(manifest.root / entry.item.key)
+        hosts = {_host(w) for w in entry.item.wanted_by}
+        mine = [d for d in sets if hosts & {_host(w) for w in d.item.wanted_by}]
+        for deb in mine:
+            files = deb.item.index.setdefault("package_files", [])
+            if path not in files:
+                files.append(path)
+        if not mine:
+            log(f"artifact {entry.item.key}: no apt set of {', '.join(sorted(hosts))} takes the packages it "
+                "depends on (fleet_mirror_apt: false?): their own apt sources must hold them")
 
 
 def _plan_apt(entries: list[Entry], manifest: store.Manifest, log) -> None:
@@ -106,7 +138,8 @@ def _plan_apt(entries: list[Entry], manifest: store.Manifest, log) -> None:
         if key.startswith("deb:") and key[len("deb:"):] not in wanted:
             item = bom.Item("deb", key[len("deb:"):], specs=list(record["specs"]), arch=record["arch"],
                             index={"without_recommends": list(record.get("without_recommends", [])),
-                                   "repositories": list(record.get("repositories", []))},
+                                   "repositories": list(record.get("repositories", [])),
+                                   "package_files": [str(manifest.root / r) for r in record.get("package_files", [])]},
                             wanted_by=list(record.get("wanted_by") or []) or ["an earlier sync"])
             debs.append(Entry(item, True, detail={"earlier": True}))
     # A package of several sets is counted once, in the first.
@@ -189,16 +222,26 @@ def sync(bill: bom.Bill, root: Path, *, check: bool = False, apt_key: str = "", 
     entries = plan(bill, root, log)
     summary = Summary(entries, skipped=list(bill.skipped))
     _print_plan(entries, bill, log)
-    if check:
+    if check or not _room(entries, root, summary, log):
         return summary
-    wanted = sum(e.size or 0 for e in entries if not e.present)
-    free = shutil.disk_usage(root).free
-    if wanted + DISK_MARGIN > free:
-        summary.refused = (f"{root} has {human(free)} free; this sync adds {human(wanted)} (and needs "
-                           f"{human(DISK_MARGIN)} to spare): free space or choose another directory; "
-                           "nothing was fetched")
-        log(f"refused: {summary.refused}")
-        return summary
+    first = [e for e in entries if package_file(e.item) and not e.present and not e.error]
+    if first:
+        # A package file's dependencies are read from the file: those are fetched first, then the plan made again.
+        manifest = store.Manifest(root)
+        for entry in first:
+            log(f"artifact {entry.item.key}: fetched first, for the packages it depends on")
+            try:
+                summary.received += _artifact(entry, manifest, log)
+            except (FetchError, OSError) as exc:
+                log(f"artifact {entry.item.key}: FAILED: {exc}")  # tried again below, and named in the summary
+                continue
+            manifest.save()
+            summary.fetched.append(f"{entry.item.kind} {entry.item.key}")
+        entries = summary.entries = plan(bill, root, log)
+        log("the plan again, with the packages they depend on:")
+        _print_plan(entries, bill, log)
+        if not _room(entries, root, summary, log):
+            return summary
     manifest = store.Manifest(root)
     for entry in entries:
         if entry.detail.get("drop"):
@@ -237,6 +280,19 @@ def sync(bill: bom.Bill, root: Path, *, check: bool = False, apt_key: str = "", 
         manifest.save()
     _print_summary(summary, log)
     return summary
+
+
+def _room(entries: list[Entry], root: Path, summary: Summary, log) -> bool:
+    """Whether the directory has room for what the plan fetches; else the summary says why, and nothing more is."""
+    wanted = sum(e.size or 0 for e in entries if not e.present)
+    free = shutil.disk_usage(root).free
+    if wanted + DISK_MARGIN <= free:
+        return True
+    summary.refused = (f"{root} has {human(free)} free; this sync adds {human(wanted)} (and needs "
+                       f"{human(DISK_MARGIN)} to spare): free space or choose another directory; "
+                       f"{'nothing more' if summary.fetched else 'nothing'} was fetched")
+    log(f"refused: {summary.refused}")
+    return False
 
 
 def _artifact(entry: Entry, manifest: store.Manifest, log) -> int:
@@ -375,6 +431,7 @@ def _deb(entry: Entry, manifest: store.Manifest, log) -> int:
     manifest.items[f"deb:{item.key}"] = {
         "specs": item.specs, "without_recommends": item.index.get("without_recommends", []), "arch": item.arch,
         "repositories": item.index.get("repositories", []), "files": [], "wanted_by": item.wanted_by,
+        "package_files": [str(Path(f).relative_to(manifest.root)) for f in item.index.get("package_files", [])],
         "packages": [{k: p[k] for k in ("name", "version", "arch", "file", "size", "component", "uri")}
                      for p in packages]}
     return received
@@ -460,6 +517,8 @@ def _print_plan(entries: list[Entry], bill: bom.Bill, log) -> None:
             continue  # said by _plan_apt
         size = human(entry.size) if entry.size is not None else "size known after fetching"
         what = "present" if entry.present else (f"FAILS: {entry.error}" if entry.error else f"to fetch, {size}")
+        if package_file(item) and not entry.present and not entry.error:
+            what += " (its dependencies join the apt repository once it is fetched)"
         log(f"{item.kind:8} {item.key}: {what}")
         if item.kind == "pip" and not entry.present:
             for wheel in entry.detail.get("wheels", []):
@@ -480,7 +539,8 @@ def _print_plan(entries: list[Entry], bill: bom.Bill, log) -> None:
 
 def _print_summary(summary: Summary, log) -> None:
     log(f"fetched {len(summary.fetched)} item(s), {human(summary.received)}; "
-        f"{sum(e.present for e in summary.entries)} already present; {len(summary.failed)} failed")
+        f"{sum(e.present and f'{e.item.kind} {e.item.key}' not in summary.fetched for e in summary.entries)} "
+        f"already present; {len(summary.failed)} failed")
     for line in summary.failed:
         log(f"failed: {line}")
     for line in summary.skipped:

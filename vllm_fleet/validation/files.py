@@ -603,7 +603,7 @@ def no_inventory_problem(sources: list[str], hosts: int) -> str | None:
         return None
     named = ", ".join(sources) or "none"
     return (f"no inventory was given (sources read: {named}, which do not exist), so this run would act on "
-            "nothing; name the inventory to act on: ansible-playbook -i inventories/<yours> site.yml "
+            "nothing; name the inventory to act on: ansible-playbook -i inventories/site site.yml "
             "(the lab's, after `vllm-fleet lab up`: -i inventories/lab)")
 
 
