@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import venv_tool
+from tests.doc_commands import doc_command, run_doc
 from vllm_fleet.project import role_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,6 +151,17 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-2000:]}")
+    return proc
+
+
+def run_doc_command(page: str, *contains: str, inventory: Path = INVENTORY,
+                    lacks: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The command line of `page` with every string of `contains` (and none of `lacks`), run as written on
+    the lab of `inventory`: from a checkout whose inventories/site is that lab's (tests/doc_commands.py).
+    Literal arguments: tests/unit/test_doc_commands.py reads these calls to know which commands run."""
+    line = doc_command(page, *contains, lacks=lacks)
+    proc = run_doc(line, inventory, inventory.parent / "checkout", RUN_TIMEOUT)
+    keep_run_log(["bash", "-c", line], proc)
     return proc
 
 

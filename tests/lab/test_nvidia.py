@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import yaml
 
-from .conftest import LAB, ROOT, group_vars, recap, run_playbook
+from .conftest import LAB, ROOT, group_vars, recap, run_doc_command, run_playbook
 
 VERSIONS = yaml.safe_load((ROOT / "lab" / "inventory" / "versions.yml").read_text())["nvidia"]
 SMI_DRIVER = "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | sort -u"
 
 
 def test_driver_change_without_reboot_stops_that_host_then_reboots_when_allowed(lab):
-    run_playbook("-l", "nvidia-nodes", check=True)
+    # releases.md's provision, as written.
+    proc = run_doc_command("docs/operations/releases.md", "vllm-fleet provision")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     driver = group_vars("nvidia-nodes")["fleet_matrix"]["nvidia_driver"]
     older = VERSIONS["nvidia_driver_packages"][0]
     # Someone moves nvidia-01 to an older driver by hand: the loaded module no longer matches.

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from pathlib import Path
@@ -16,44 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ansible_playbook
+from tests.doc_commands import FENCED, NOT_RUN, PAGES, ROOT, command_lines, runnable_commands
 from vllm_fleet import cli
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCED = re.compile(r"^\s*```[^\n]*\n(.*?)^\s*```", re.S | re.M)
 #: vllm-fleet's subcommands that read an inventory (bench --history and the mirror's verify,
 #: pack and unpack read none; lab writes its own).
-SUBCOMMANDS = set(next(a for a in cli.build_parser()._actions if a.dest == "command").choices)
 READS_INVENTORY = {"provision", "plan", "doctor", "verify", "rollback", "rollout", "status", "bench"}
 
 
 def commands(text: str, runnable: bool = False) -> list[list[str]]:
-    """The vllm-fleet and ansible-playbook command lines of the fenced blocks of `text`, as argv
-    (continuation lines joined, a prompt, environment assignments and a trailing comment dropped).
-    A command quoted in a comment (`#   vllm-fleet ...` in a YAML example) counts, unless
-    `runnable`: then only the lines a shell would run, with vllm-fleet's subcommand or an option
-    after the program's name (not a script's output that starts with the name)."""
-    out = []
-    for block in FENCED.findall(text):
-        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            line = line.strip().removeprefix("$ ")
-            if line.startswith("#"):
-                if runnable:
-                    continue
-                line = line.lstrip("# ")
-            try:
-                argv = shlex.split(line, comments=True)
-            except ValueError:
-                continue
-            while argv and re.match(r"^[A-Z_][A-Z0-9_]*=", argv[0]):
-                argv = argv[1:]
-            if argv and Path(argv[0]).name in ("vllm-fleet", "ansible-playbook"):
-                argv = [Path(argv[0]).name, *argv[1:]]
-                if runnable and argv[0] == "vllm-fleet" and not (argv[1:2] and (argv[1] in SUBCOMMANDS
-                                                                                 or argv[1].startswith("-"))):
-                    continue
-                out.append(argv)
-    return out
+    return [argv for _, argv in command_lines(text, runnable)]
 
 
 #: An inline code span that is a command line a reader copies into a shell.
@@ -156,6 +129,41 @@ def test_every_vllm_fleet_command_in_the_docs_parses(where: str, argv: list[str]
         cli.build_parser().parse_args(argv[1:])
     except SystemExit as exc:
         pytest.fail(f"{where}: `{shlex.join(argv)}` is refused by vllm-fleet's parser (exit {exc.code})")
+
+
+def _run_doc_calls() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """(page, contains, lacks) of every run_doc_command(...) call of the lab tests."""
+    calls = []
+    for path in sorted((ROOT / "tests" / "lab").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = getattr(node, "func", None) and getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if isinstance(node, ast.Call) and name == "run_doc_command":
+                args = [ast.literal_eval(a) for a in node.args]
+                lacks = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "lacks"), ())
+                calls.append((args[0], tuple(args[1:]), tuple(lacks)))
+    return calls
+
+
+def test_every_command_of_the_pages_runs_verbatim_on_a_lab_or_says_why_not():
+    """A lab test runs a page's command as written (tests/lab/conftest.py run_doc_command) or NOT_RUN says why
+    none does; each of NOT_RUN's entries and each lab test's still names a command of the pages."""
+    runnable = runnable_commands()
+    ran = set()
+    calls = _run_doc_calls()
+    assert len(calls) >= 4, calls
+    for page, contains, lacks in calls:
+        found = [line for where, line in runnable
+                 if where == page and all(c in line for c in contains) and not any(x in line for x in lacks)]
+        assert len(found) == 1, f"a lab test runs {page}'s command with {contains}: the page has {found}"
+        ran.add((page, found[0]))
+    said = set()
+    for (page, part), why in NOT_RUN.items():
+        found = [line for where, line in runnable if where == page and part in line]
+        assert found and why, f"NOT_RUN names {page}'s command with {part!r}: the page has none"
+        said |= {(page, line) for line in found}
+    left = [f"{page}: {line}" for page, line in runnable if (page, line) not in ran | said]
+    assert left == [], "run these in a lab test (run_doc_command) or say in NOT_RUN why not"
+    assert not ran & said, f"both run and said not to be: {sorted(ran & said)}"
 
 
 @pytest.mark.parametrize("argv", [["provision"], ["plan", "-o", "p"], ["doctor"], ["verify"], ["rollback"],

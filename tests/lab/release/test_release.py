@@ -22,7 +22,15 @@ import pytest
 import yaml
 
 from tests.conftest import venv_tool
-from tests.lab.conftest import answer_text, changed_tasks, chat_completion, lab_session, recap, run_kept
+from tests.lab.conftest import (
+    answer_text,
+    changed_tasks,
+    chat_completion,
+    lab_session,
+    recap,
+    run_doc_command,
+    run_kept,
+)
 from vllm_fleet.vendors import vendor_release_id
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -131,7 +139,7 @@ def test_release_switch_and_rollback(lab):
     # 3. Rollback: back on A, no request to the lab's web server (no download), in seconds.
     requests_before = len(web_requests(lab))
     start = time.monotonic()
-    rollback = run_kept([venv_tool("vllm-fleet"), "rollback", "-i", str(INVENTORY), "-q"])
+    rollback = run_doc_command("docs/operations/releases.md", "vllm-fleet rollback", inventory=INVENTORY)
     took_rollback = time.monotonic() - start
     print(f"vllm-fleet rollback {took_rollback:.1f} s")
     assert rollback.returncode == 0, rollback.stdout[-5000:] + rollback.stderr[-2000:]

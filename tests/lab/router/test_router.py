@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 from tests.conftest import venv_tool
-from tests.lab.conftest import answer_text, recap
+from tests.lab.conftest import answer_text, recap, run_doc_command
 from tests.lab.conftest import lab_env as env
 from tests.lab.router.conftest import (
     INVENTORY,
@@ -62,27 +62,27 @@ def test_a_stopped_node_is_taken_out_and_requests_still_succeed(routed):
 
 
 def test_drain_stops_new_requests_and_ready_brings_them_back(routed):
+    """router.md's two commands, as written."""
     lab_api, port = routed
     wait_status(lab_api, "nvidia-01", "UP", timeout=60)
     start = time.monotonic()
-    proc = playbook("-e", f"router_drain_model={MODEL}", "-e", "router_drain_node=nvidia-02",
-                    playbook="playbooks/router-drain.yml")
+    proc = run_doc_command("docs/operations/router.md", "router-drain.yml", inventory=INVENTORY,
+                           lacks=("router_drain_state",))
     print(f"\ndrain playbook {time.monotonic() - start:.1f} s")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert server_status(lab_api)["nvidia-02"] == "DRAIN"
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert server_status(lab_api)["nvidia-01"] == "DRAIN"
     before = answered(lab_api)
     for _ in range(6):
         chat(port)
-    assert delta(before, answered(lab_api)) == {"nvidia-01": 6, "nvidia-02": 0}
+    assert delta(before, answered(lab_api)) == {"nvidia-01": 0, "nvidia-02": 6}
 
-    proc = playbook("-e", f"router_drain_model={MODEL}", "-e", "router_drain_node=nvidia-02",
-                    "-e", "router_drain_state=ready", playbook="playbooks/router-drain.yml")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert server_status(lab_api)["nvidia-02"] == "UP"
+    proc = run_doc_command("docs/operations/router.md", "router_drain_state=ready", inventory=INVENTORY)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert server_status(lab_api)["nvidia-01"] == "UP"
     before = answered(lab_api)
     for _ in range(6):
         chat(port)
-    assert delta(before, answered(lab_api))["nvidia-02"] >= 2
+    assert delta(before, answered(lab_api))["nvidia-01"] >= 2
 
 
 def test_drain_of_a_node_that_serves_no_such_model_fails(routed):

@@ -1,0 +1,127 @@
+"""The command lines of README.md and docs/, for the tests that check them (tests/unit/test_doc_commands.py)
+and the lab tests that run them verbatim (run_doc).
+
+A page's commands name the inventory `inventories/site`, the copy usage.md has the reader make. A lab
+test runs one as written, through bash, from a checkout as the reader has it: this project's files
+and `inventories/site`, which is the lab's inventory (checkout_view), with `.venv/bin` first on the
+PATH as the README says. Which commands no lab runs, and why, is NOT_RUN: a unit test holds the two
+lists against the pages, so a new command is run somewhere or said not to be.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from vllm_fleet import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCED = re.compile(r"^\s*```[^\n]*\n(.*?)^\s*```", re.S | re.M)
+PROGRAMS = ("vllm-fleet", "ansible-playbook")
+SUBCOMMANDS = set(next(a for a in cli.build_parser()._actions if a.dest == "command").choices)
+#: The inventory every page names.
+SITE = "inventories/site"
+
+
+def command_lines(text: str, runnable: bool = False) -> list[tuple[str, list[str]]]:
+    """(line, argv) of the vllm-fleet and ansible-playbook command lines of the fenced blocks of `text`
+    (continuation lines joined, a prompt dropped; argv without environment assignments and a trailing
+    comment, its program by name). A command quoted in a comment (`#   vllm-fleet ...` in a YAML example)
+    counts, unless `runnable`: then only the lines a shell would run, with vllm-fleet's subcommand or an
+    option after the program's name (not a script's output that starts with the name)."""
+    out = []
+    for block in FENCED.findall(text):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = line.strip().removeprefix("$ ")
+            if line.startswith("#"):
+                if runnable:
+                    continue
+                line = line.lstrip("# ")
+            try:
+                argv = shlex.split(line, comments=True)
+            except ValueError:
+                continue
+            while argv and re.match(r"^[A-Z_][A-Z0-9_]*=", argv[0]):
+                argv = argv[1:]
+            if argv and Path(argv[0]).name in PROGRAMS:
+                argv = [Path(argv[0]).name, *argv[1:]]
+                if runnable and argv[0] == "vllm-fleet" and not (argv[1:2] and (argv[1] in SUBCOMMANDS
+                                                                                 or argv[1].startswith("-"))):
+                    continue
+                out.append((line, argv))
+    return out
+
+
+def synopsis(argv: list[str]) -> bool:
+    """A usage line (`[-l GROUP]`, `DIR|VOLUMES`, `...`), not a command to run."""
+    return any(re.search(r"[\[\]|]|\.\.\.", a) or re.fullmatch(r"[A-Z][A-Z_]+", a) for a in argv[1:])
+
+
+def runnable_commands() -> list[tuple[str, str]]:
+    """(page, line) of every command line of the pages a reader would run as written."""
+    return [(str(page.relative_to(ROOT)), line) for page in PAGES
+            for line, argv in command_lines(page.read_text(), runnable=True) if not synopsis(argv)]
+
+
+def doc_command(page: str, *contains: str, lacks: tuple[str, ...] = ()) -> str:
+    """The one runnable command line of `page` that has every string of `contains` and none of `lacks`."""
+    found = [line for where, line in runnable_commands()
+             if where == page and all(c in line for c in contains) and not any(x in line for x in lacks)]
+    assert len(found) == 1, f"{page}: {len(found)} command line(s) with {contains}, without {lacks}: {found}"
+    return found[0]
+
+
+#: The pages' command lines no lab test runs, each with why: (page, a string of the line) -> reason.
+NOT_RUN = {
+    ("docs/air-gapped.md", "mirror sync"): "fills /srv on a connected machine: the fleet job's lab does it through "
+                                          "vllm_fleet_lab.fill_mirror, with the lab's own directory",
+    ("docs/air-gapped.md", "mirror pack"): "writes /media/usb: tests/unit/test_mirror.py packs a synced mirror",
+    ("docs/air-gapped.md", "mirror verify"): "reads /media/usb and /srv: tests/unit/test_mirror.py verifies both",
+    ("docs/air-gapped.md", "mirror unpack"): "writes /srv: tests/unit/test_mirror.py unpacks",
+    ("docs/lab.md", "inventories/lab"): "the default lab's, which a person uses: a test lab has a name and "
+                                        "inventory of its own",
+    ("docs/lab.md", "vllm-fleet lab"): "the default lab's, which a person uses: a test lab has a name of its own",
+    ("docs/index.md", "-l ascend-nodes"): "the lab tests converge Ascend node by node (tests/lab/test_ascend.py)",
+    ("docs/operations/bench.md", "--model qwen3-4b"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
+    ("docs/operations/bench.md", "--evalscope"): "evalscope's dataset and tokenizer are the site's (/data, /home)",
+    ("docs/operations/bench.md", "-l metax-nodes"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
+    ("docs/operations/releases.md", "playbooks/rollback.yml"): "the playbook vllm-fleet rollback runs, which the "
+                                                               "release lab runs as written",
+    ("docs/operations/rollouts.md", "-l nvidia-nodes"): "the router lab rolls out with its gates "
+                                                         "(tests/lab/router/test_router_rollout.py)",
+    ("docs/operations/rollouts.md", "--serial 25%"): "as vllm-fleet rollout -l nvidia-nodes",
+    ("docs/operations/rollouts.md", "fleet_rollout_serial=1"): "as vllm-fleet rollout -l nvidia-nodes",
+    ("docs/operations/rollouts.md", "--accuracy-set /data/mmlu"): "the accuracy set is the site's (/data/mmlu)",
+    ("docs/performance.md", ".cache/tinyctx"): "a figure's script's own command (scripts/ measure it)",
+}
+
+
+def checkout_view(inventory: Path, where: Path) -> Path:
+    """A checkout as a site's operator has it: this project's files (links to them) and inventories/site,
+    their inventory (here a lab's). Rebuilt in place: `inventories/site` follows `inventory`."""
+    where.mkdir(parents=True, exist_ok=True)
+    for entry in ROOT.iterdir():
+        link = where / entry.name
+        if entry.name not in (".git", "inventories") and not link.is_symlink():
+            link.symlink_to(entry)
+    (where / "inventories").mkdir(exist_ok=True)
+    site = where / SITE
+    if site.is_symlink():
+        site.unlink()
+    site.symlink_to(Path(inventory).resolve())
+    return where
+
+
+def run_doc(line: str, inventory: Path, where: Path, timeout: float) -> subprocess.CompletedProcess:
+    """Run a page's command line as written, with bash, from checkout_view(inventory, where), `.venv/bin`
+    first on the PATH and Ansible's configuration the checkout's own (found in the working directory)."""
+    view = checkout_view(inventory, where)
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    env.update(PATH=f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_DEPRECATION_WARNINGS="0")
+    return subprocess.run(["bash", "-c", line], cwd=view, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
