@@ -4,7 +4,8 @@ and the lab tests that run them verbatim (run_doc).
 A page's commands name the inventory `inventories/site`, the copy usage.md has the reader make. A lab
 test runs one as written, through bash, from a checkout as the reader has it: this project's files
 and `inventories/site`, which is the lab's inventory (checkout_view), with `.venv/bin` first on the
-PATH as the README says. Which commands no lab runs, and why, is NOT_RUN: a unit test holds the two
+PATH as the README says; one that contacts no node runs on the example inventory. Which commands
+none runs, and why, is NOT_RUN: a unit test holds the two
 lists against the pages, so a new command is run somewhere or said not to be.
 """
 
@@ -87,7 +88,6 @@ NOT_RUN = {
     ("docs/lab.md", "vllm-fleet lab"): "the default lab's, which a person uses: a test lab has a name of its own",
     ("docs/index.md", "-l ascend-nodes"): "the lab tests converge Ascend node by node (tests/lab/test_ascend.py)",
     ("docs/operations/bench.md", "--model qwen3-4b"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
-    ("docs/operations/bench.md", "--evalscope"): "evalscope's dataset and tokenizer are the site's (/data, /home)",
     ("docs/operations/bench.md", "-l metax-nodes"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
     ("docs/operations/releases.md", "playbooks/rollback.yml"): "the playbook vllm-fleet rollback runs, which the "
                                                                "release lab runs as written",
@@ -125,3 +125,15 @@ def run_doc(line: str, inventory: Path, where: Path, timeout: float) -> subproce
                ANSIBLE_DEPRECATION_WARNINGS="0")
     return subprocess.run(["bash", "-c", line], cwd=view, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
+
+
+def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str, ...] = (),
+                    timeout: float = 600) -> subprocess.CompletedProcess:
+    """The command line of `page` with every string of `contains` (and none of `lacks`), run as written
+    (run_doc) with `inventory` as inventories/site, from a checkout view beside it (a lab's) or, for an
+    inventory inside this project (the example), under .cache. Literal arguments: the ledger test
+    (tests/unit/test_doc_commands.py) reads these calls to know which commands run."""
+    inventory = Path(inventory).resolve()
+    inside = inventory.is_relative_to(ROOT / "inventories")
+    where = ROOT / ".cache" / "doc-commands" / inventory.name if inside else inventory.parent / "checkout"
+    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, where, timeout)

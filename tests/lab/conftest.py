@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import doc_commands
 from tests.conftest import venv_tool
-from tests.doc_commands import doc_command, run_doc
 from vllm_fleet.project import role_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,12 +156,9 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
 
 def run_doc_command(page: str, *contains: str, inventory: Path = INVENTORY,
                     lacks: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """The command line of `page` with every string of `contains` (and none of `lacks`), run as written on
-    the lab of `inventory`: from a checkout whose inventories/site is that lab's (tests/doc_commands.py).
-    Literal arguments: tests/unit/test_doc_commands.py reads these calls to know which commands run."""
-    line = doc_command(page, *contains, lacks=lacks)
-    proc = run_doc(line, inventory, inventory.parent / "checkout", RUN_TIMEOUT)
-    keep_run_log(["bash", "-c", line], proc)
+    """A page's command line run as written on the lab of `inventory` (tests/doc_commands.py), its output kept."""
+    proc = doc_commands.run_doc_command(page, *contains, inventory=inventory, lacks=lacks, timeout=RUN_TIMEOUT)
+    keep_run_log(["bash", "-c", doc_commands.doc_command(page, *contains, lacks=lacks)], proc)
     return proc
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ansible_playbook
-from tests.doc_commands import FENCED, NOT_RUN, PAGES, ROOT, command_lines, runnable_commands
+from tests.conftest import EXAMPLE, ansible_playbook
+from tests.doc_commands import FENCED, NOT_RUN, PAGES, ROOT, command_lines, run_doc_command, runnable_commands
 from vllm_fleet import cli
 
 #: vllm-fleet's subcommands that read an inventory (bench --history and the mirror's verify,
@@ -132,12 +132,12 @@ def test_every_vllm_fleet_command_in_the_docs_parses(where: str, argv: list[str]
 
 
 def _run_doc_calls() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
-    """(page, contains, lacks) of every run_doc_command(...) call of the lab tests."""
+    """(page, contains, lacks) of every run_doc_command(...) call of the tests."""
     calls = []
-    for path in sorted((ROOT / "tests" / "lab").rglob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             name = getattr(node, "func", None) and getattr(node.func, "id", getattr(node.func, "attr", ""))
-            if isinstance(node, ast.Call) and name == "run_doc_command":
+            if isinstance(node, ast.Call) and name == "run_doc_command" and isinstance(node.args[0], ast.Constant):
                 args = [ast.literal_eval(a) for a in node.args]
                 lacks = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "lacks"), ())
                 calls.append((args[0], tuple(args[1:]), tuple(lacks)))
@@ -164,6 +164,15 @@ def test_every_command_of_the_pages_runs_verbatim_on_a_lab_or_says_why_not():
     left = [f"{page}: {line}" for page, line in runnable if (page, line) not in ran | said]
     assert left == [], "run these in a lab test (run_doc_command) or say in NOT_RUN why not"
     assert not ran & said, f"both run and said not to be: {sorted(ran & said)}"
+
+
+def test_bench_s_dry_run_runs_as_written_and_prints_evalscope_s_commands():
+    """bench.md's evalscope dry run contacts no node: it runs as written on the example inventory."""
+    proc = run_doc_command("docs/operations/bench.md", "--evalscope", inventory=EXAMPLE, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ascend-01 gpt-oss-120b perf: dry run" in proc.stdout
+    assert "--tokenizer-path /home/models/GPT-OSS" in proc.stdout
+    assert '"local_path": "/data/mmlu"' in proc.stdout
 
 
 @pytest.mark.parametrize("argv", [["provision"], ["plan", "-o", "p"], ["doctor"], ["verify"], ["rollback"],
