@@ -570,6 +570,17 @@ def test_the_hosts_apt_reads_the_mirror_only_previewed_in_check_mode(tmp_path):
         assert "failed=0" in out and "apt-get update" not in out, out   # no refresh in check mode
         none = ansible_playbook(*common, "-e", json.dumps({"mirror": ""}))
         assert none.returncode == 0 and "changed=0" in none.stdout, none.stdout + none.stderr
+        # A host of another release keeps its own sources: refused before the key is read or a file written.
+        for release, runs in (('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nVERSION_CODENAME=jammy\n', "Ubuntu 22.04.4 LTS"),
+                              ("NAME=Something\n", "a system without a release name in")):
+            (tmp_path / "os-release").write_text(release)
+            requests = len(_Log.requests)
+            other = ansible_playbook(*common, "-e", json.dumps({"mirror": url, "_apt_mirror_os_release_file":
+                                                                str(tmp_path / "os-release")}))
+            text = " ".join((other.stdout + other.stderr).split())
+            assert other.returncode == 2 and f"localhost runs {runs}" in text, text
+            assert "holds the packages of bookworm only" in text and "fleet_mirror_apt: false for this host" in text
+            assert len(_Log.requests) == requests, "the key was read from a mirror this host will not use"
     finally:
         server.shutdown()
         server.server_close()
