@@ -89,12 +89,6 @@ NOT_RUN = {
     ("docs/index.md", "-l ascend-nodes"): "the lab tests converge Ascend node by node (tests/lab/test_ascend.py)",
     ("docs/operations/bench.md", "--model qwen3-4b"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
     ("docs/operations/bench.md", "-l metax-nodes"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
-    ("docs/operations/releases.md", "playbooks/rollback.yml"): "the playbook vllm-fleet rollback runs, which the "
-                                                               "release lab runs as written",
-    ("docs/operations/rollouts.md", "-l nvidia-nodes"): "the router lab rolls out with its gates "
-                                                         "(tests/lab/router/test_router_rollout.py)",
-    ("docs/operations/rollouts.md", "--serial 25%"): "as vllm-fleet rollout -l nvidia-nodes",
-    ("docs/operations/rollouts.md", "fleet_rollout_serial=1"): "as vllm-fleet rollout -l nvidia-nodes",
     ("docs/operations/rollouts.md", "--accuracy-set /data/mmlu"): "the accuracy set is the site's (/data/mmlu)",
     ("docs/performance.md", ".cache/tinyctx"): "a figure's script's own command (scripts/ measure it)",
 }

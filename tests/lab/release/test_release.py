@@ -174,3 +174,20 @@ def test_release_switch_and_rollback(lab):
     assert recap(proc.stdout)[NODE]["changed"] == 0, changed_tasks(proc.stdout)
     kept = on_node(lab, f"ls {BASE}/releases").split()
     assert sorted(kept) == sorted([release_a, release_b, "history"]), kept
+
+    # 6. The pages' other ways, as written: the rollback without the CLI (back on A), then rollouts.md's
+    #    rollouts: the first moves the node to B again, the others find nothing to do.
+    proc = run_doc_command("docs/operations/releases.md", "playbooks/rollback.yml", inventory=INVENTORY)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert current(lab) == f"releases/{release_a}" and unit_release(lab) == release_a
+    assert chat(lab)
+    rollouts = [run_doc_command("docs/operations/rollouts.md", "vllm-fleet rollout", "-l nvidia-nodes",
+                                inventory=INVENTORY)]
+    assert current(lab) == f"releases/{release_b}" and unit_release(lab) == release_b, rollouts[-1].stdout
+    rollouts.append(run_doc_command("docs/operations/rollouts.md", "--serial 25%", inventory=INVENTORY))
+    rollouts.append(run_doc_command("docs/operations/rollouts.md", "fleet_rollout_serial=1", inventory=INVENTORY))
+    for proc in rollouts:
+        assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert recap(rollouts[-1].stdout)[NODE]["changed"] == 0, changed_tasks(rollouts[-1].stdout)
+    assert current(lab) == f"releases/{release_b}" and unit_release(lab) == release_b
+    assert chat(lab)
