@@ -2,12 +2,14 @@
 
 First a plan: for each item, whether the mirror holds it already (read from the manifest and the
 disk only: a second sync contacts nothing for it) or what it will fetch and how large that is (the
-sources' announced sizes, pip's resolution, the hubs' file lists, the images' manifests). ``--check`` stops there.
-Otherwise the plan's total is held against the directory's free space before a byte moves, then
-each item is fetched, verified and recorded in the manifest as soon as it is whole, so a sync cut
-off resumes where it stopped. A failed item does not stop the others; the summary names each
-failure with the host and variable that want it. Last, the apt repository is built again when what it
-holds changed, or its key (vllm_fleet.mirror.apt).
+sources' announced sizes, pip's resolution, the hubs' file lists, the images' manifests). ``--check``
+stops there. Otherwise the plan's total is held against the directory's free space before a byte
+moves; a package file a node installs with apt (a .deb of the matrix) is fetched first and the plan
+made again with it, so what it depends on joins the apt repository; then each item is fetched,
+verified and recorded in the manifest as soon as it is whole, so a sync cut off resumes where it
+stopped. A failed item does not stop the others; the summary names each failure with the host and
+variable that want it. Last, the apt repository is built again when what it holds changed, or its
+key (vllm_fleet.mirror.apt).
 """
 
 from __future__ import annotations
