@@ -6,7 +6,9 @@ nodes of the run, benches their chat models with seed 000's conversations
 (vllm_fleet.bench, the controller asking each model directly, so that a canary is measured,
 not the pool), and compares each model's figures with the last ones accepted for it: output
 speed (chars/s, the seed's measure) may fall and the time to first token may rise by at most
-the inventory's tolerances, in percent. With an accuracy set (`--accuracy-set PATH`, seed 001's
+the inventory's tolerances, in percent (a rise of the time to first token smaller than
+`fleet_canary_ttft_rise_min_s` seconds is not judged: on a baseline of tens of milliseconds,
+a percentage alone judges noise). With an accuracy set (`--accuracy-set PATH`, seed 001's
 evalscope accuracy run on a local dataset), the canary's accuracy may also lose at most
 `fleet_canary_accuracy_drop_points` against the last accuracy accepted on the same set.
 Accepted figures are kept per model and release, one
@@ -25,9 +27,11 @@ from pathlib import Path
 
 from vllm_fleet.bench import ModelResult
 from vllm_fleet.role_specs import role_default
+from vllm_fleet.validation.classes import NUMBER_RANGES, class_of
 
 #: The inventory's tolerances (fleet_* variables; their defaults are roles/stages/fleet's).
-TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent", "fleet_canary_accuracy_drop_points")
+TOLERANCES = ("fleet_canary_speed_drop_percent", "fleet_canary_ttft_rise_percent", "fleet_canary_ttft_rise_min_s",
+              "fleet_canary_accuracy_drop_points")
 #: Where gated rollouts keep the figures they accepted, by default (relative to the working directory).
 HISTORY_DIR = "vllm-fleet-bench/history"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -44,14 +48,16 @@ def split(nodes: list[str], count: int) -> tuple[list[str], list[str]]:
 
 
 def tolerances(host_vars: list[dict]) -> dict[str, float]:
-    """The strictest of the canaries' tolerances (each in 0-100; validation refuses others)."""
+    """The strictest of the canaries' tolerances (each in its class's range, which validation
+    enforces on every route: this refuses what got past it)."""
     out = {}
     for name in TOLERANCES:
         default = role_default(name)
+        low, high, _, _ = NUMBER_RANGES[class_of(name)]
         values = [v.get(name, default) for v in host_vars] or [default]
         for value in values:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-                raise ValueError(f"{name} = {value!r}: a number from 0 to 100")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"{name} = {value!r}: a number from {low:g} to {high:g}")
         out[name] = float(min(values))
     return out
 
@@ -122,6 +128,7 @@ def judge(result: ModelResult, release: str, baseline: dict | None, limits: dict
                                     f"the baseline's {before:.2f} (release {baseline.get('release')}); "
                                     f"fleet_canary_accuracy_drop_points allows {points:g}")
     drop, rise = limits["fleet_canary_speed_drop_percent"], limits["fleet_canary_ttft_rise_percent"]
+    rise_min = limits["fleet_canary_ttft_rise_min_s"]
     before = baseline.get("chars_per_s")
     if before and result.chars_per_s < before * (1 - drop / 100):
         fell = 100 * (1 - result.chars_per_s / before)
@@ -129,11 +136,13 @@ def judge(result: ModelResult, release: str, baseline: dict | None, limits: dict
                                 f"below the baseline's {before:.1f} (release {baseline.get('release')}); "
                                 f"fleet_canary_speed_drop_percent allows {drop:g}%")
     ttft_before = baseline.get("ttft_s")
-    if ttft_before and result.ttft_s is not None and result.ttft_s > ttft_before * (1 + rise / 100):
+    if ttft_before and result.ttft_s is not None and result.ttft_s > ttft_before * (1 + rise / 100) \
+            and round(result.ttft_s - ttft_before, 3) >= rise_min:
         rose = 100 * (result.ttft_s / ttft_before - 1)
         verdict.problems.append(f"time to first token {result.ttft_s:.3f} s is {rose:.0f}% "
-                                f"above the baseline's {ttft_before:.3f} s (release {baseline.get('release')}); "
-                                f"fleet_canary_ttft_rise_percent allows {rise:g}%")
+                                f"({result.ttft_s - ttft_before:.3f} s) above the baseline's {ttft_before:.3f} s "
+                                f"(release {baseline.get('release')}); fleet_canary_ttft_rise_percent allows "
+                                f"{rise:g}% and fleet_canary_ttft_rise_min_s judges rises from {rise_min:g} s")
     return verdict
 
 

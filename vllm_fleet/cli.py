@@ -456,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="converge the run's first N nodes first and judge them (--gate) before the others")
     p.add_argument("--gate", choices=["bench"],
                    help="bench: seed 000's benchmark on the canaries against their models' last accepted figures "
-                   "(tolerances: fleet_canary_speed_drop_percent, fleet_canary_ttft_rise_percent); "
+                   "(tolerances: fleet_canary_speed_drop_percent, fleet_canary_ttft_rise_percent, "
+                   "fleet_canary_ttft_rise_min_s); "
                    "outside them the canaries go back to their previous release")
     p.add_argument("--accuracy-set", metavar="DIR",
                    help="--gate bench: also seed 001's evalscope accuracy run on this local dataset (MMLU's files); "

@@ -21,7 +21,7 @@ def result(host="n1", chars=1000, seconds=10.0, ttft=0.2, error=None) -> ModelRe
 
 
 LIMITS = {"fleet_canary_speed_drop_percent": 20.0, "fleet_canary_ttft_rise_percent": 50.0,
-          "fleet_canary_accuracy_drop_points": 2.0}
+          "fleet_canary_ttft_rise_min_s": 0.1, "fleet_canary_accuracy_drop_points": 2.0}
 
 
 def test_canaries_are_the_first_nodes_and_never_more_than_the_pool():
@@ -43,6 +43,9 @@ def test_tolerances_are_the_strictest_canarys_and_percentages():
             canary.tolerances([{"fleet_canary_ttft_rise_percent": bad}])
         with pytest.raises(ValueError, match="fleet_canary_accuracy_drop_points .* a number from 0 to 100"):
             canary.tolerances([{"fleet_canary_accuracy_drop_points": bad}])
+    for bad in (-0.1, 61, "0.1", True):
+        with pytest.raises(ValueError, match="fleet_canary_ttft_rise_min_s .* a number from 0 to 60"):
+            canary.tolerances([{"fleet_canary_ttft_rise_min_s": bad}])
 
 
 def test_a_release_at_half_speed_is_refused_with_its_figures():
@@ -55,10 +58,22 @@ def test_a_release_at_half_speed_is_refused_with_its_figures():
     assert "REFUSED" in half.line() and half.figures["chars_per_s"] == 50.0
     assert canary.judge(result(chars=900), "r2", base, LIMITS).ok  # 10% slower: within 20%
     slow_start = canary.judge(result(ttft=0.4), "r2", base, LIMITS)
-    assert slow_start.problems == ["time to first token 0.400 s is 100% above the baseline's 0.200 s (release r1); "
-                                   "fleet_canary_ttft_rise_percent allows 50%"]
+    assert slow_start.problems == ["time to first token 0.400 s is 100% (0.200 s) above the baseline's 0.200 s "
+                                   "(release r1); fleet_canary_ttft_rise_percent allows 50% and "
+                                   "fleet_canary_ttft_rise_min_s judges rises from 0.1 s"]
     failed = canary.judge(result(error="HTTP 500"), "r2", base, LIMITS)
     assert failed.problems == ["the benchmark failed: HTTP 500"]
+
+
+def test_a_rise_of_time_to_first_token_under_the_floor_is_noise_not_a_verdict():
+    """CI14: the same release measured 0.123 s against 0.031 s beside five other labs (+298%);
+    a percentage of tens of milliseconds judges the machine's load, not the release."""
+    base = {"model": "qwen", "release": "r1", "chars_per_s": 100.0, "ttft_s": 0.031}
+    assert canary.judge(result(ttft=0.123), "r1", base, LIMITS).ok  # +0.092 s: under 0.1 s
+    assert not canary.judge(result(ttft=0.131), "r1", base, LIMITS).ok  # +0.100 s (to the millisecond): judged, +323%
+    assert canary.judge(result(ttft=0.123), "r1", base, {**LIMITS, "fleet_canary_ttft_rise_min_s": 0.0}).problems
+    # The percentage still applies above the floor: +0.3 s on 2 s is 15%, within 50%.
+    assert canary.judge(result(ttft=2.3), "r1", {**base, "ttft_s": 2.0}, LIMITS).ok
 
 
 def test_without_a_baseline_the_figures_are_recorded_not_judged(tmp_path):

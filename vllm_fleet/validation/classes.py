@@ -22,6 +22,7 @@ CLASSES: dict[str, str] = {
     # numbers (their range: NUMBER_RANGES)
     "port": "a TCP port", "percent": "a percentage", "points": "percentage points", "fraction": "a fraction",
     "seconds": "a number of seconds up to a day", "short_seconds": "a number of seconds up to an hour",
+    "latency": "a latency in seconds (fractions allowed)",
     "count": "a count", "restarts": "a count of restarts", "cpus": "a number of CPUs", "bytes": "a number of bytes",
     "gigabytes": "a number of GB", "number": "a non-negative number",
     # strings of a format
@@ -45,6 +46,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "fraction": (0, 1, False, "a fraction in (0, 1], e.g. 0.9"),
     "seconds": (1, 86400, True, "a number of seconds, 1-86400 (a day)"),
     "short_seconds": (1, 3600, True, "a number of seconds, 1-3600 (an hour)"),
+    "latency": (0, 60, True, "a latency in seconds, 0-60, e.g. 0.1"),
     "count": (1, 100, True, "a count, 1-100"),
     "restarts": (0, 100, True, "a count, 0-100"),
     "cpus": (0, 65536, True, "a number of CPUs, 0-65536 (0: Ray's own count)"),
