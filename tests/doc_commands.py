@@ -78,15 +78,9 @@ def doc_command(page: str, *contains: str, lacks: tuple[str, ...] = ()) -> str:
 
 #: The pages' command lines no lab test runs, each with why: (page, a string of the line) -> reason.
 NOT_RUN = {
-    ("docs/air-gapped.md", "mirror sync"): "fills /srv on a connected machine: the fleet job's lab does it through "
-                                          "vllm_fleet_lab.fill_mirror, with the lab's own directory",
-    ("docs/air-gapped.md", "mirror pack"): "writes /media/usb: tests/unit/test_mirror.py packs a synced mirror",
-    ("docs/air-gapped.md", "mirror verify"): "reads /media/usb and /srv: tests/unit/test_mirror.py verifies both",
-    ("docs/air-gapped.md", "mirror unpack"): "writes /srv: tests/unit/test_mirror.py unpacks",
     ("docs/lab.md", "inventories/lab"): "the default lab's, which a person uses: a test lab has a name and "
                                         "inventory of its own",
     ("docs/lab.md", "vllm-fleet lab"): "the default lab's, which a person uses: a test lab has a name of its own",
-    ("docs/index.md", "-l ascend-nodes"): "the lab tests converge Ascend node by node (tests/lab/test_ascend.py)",
     ("docs/operations/bench.md", "--model qwen3-4b"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
     ("docs/operations/bench.md", "-l metax-nodes"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
     ("docs/operations/rollouts.md", "--accuracy-set /data/mmlu"): "the accuracy set is the site's (/data/mmlu)",
@@ -110,19 +104,37 @@ def checkout_view(inventory: Path, where: Path) -> Path:
     return where
 
 
-def run_doc(line: str, inventory: Path, where: Path, timeout: float) -> subprocess.CompletedProcess:
+def in_mounts(line: str, mounts: dict[str, Path]) -> list[str]:
+    """The argv that runs `line` with bash where each absolute path of `mounts` is the directory given,
+    in a mount namespace of its own (util-linux's unshare; root): a page's machine paths (/srv,
+    /media/usb) become a test's directories, and the machine's own tree is neither written nor
+    changed (a tmpfs covers each path's parent first, so a missing directory is made there)."""
+    steps = []
+    for parent in sorted({str(Path(target).parent) for target in mounts}):
+        if parent == "/":
+            raise ValueError(f"in_mounts covers a path's parent with a tmpfs: {sorted(mounts)} would cover /")
+        steps.append(f"mount -t tmpfs vllm-fleet-doc {shlex.quote(parent)}")
+    for target, source in mounts.items():
+        steps.append(f"mkdir -p {shlex.quote(target)} && mount --bind {shlex.quote(str(source))} {shlex.quote(target)}")
+    script = " && ".join(steps) + ' && exec bash -c "$1"'
+    return ["unshare", "--mount", "--propagation", "private", "bash", "-c", script, "in_mounts", line]
+
+
+def run_doc(line: str, inventory: Path, where: Path, timeout: float,
+            mounts: dict[str, Path] | None = None) -> subprocess.CompletedProcess:
     """Run a page's command line as written, with bash, from checkout_view(inventory, where), `.venv/bin`
-    first on the PATH and Ansible's configuration the checkout's own (found in the working directory)."""
+    first on the PATH and Ansible's configuration the checkout's own (found in the working directory);
+    with `mounts`, the page's machine paths are a test's directories (in_mounts)."""
     view = checkout_view(inventory, where)
     env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
     env.update(PATH=f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}", ANSIBLE_NOCOLOR="1",
                ANSIBLE_DEPRECATION_WARNINGS="0")
-    return subprocess.run(["bash", "-c", line], cwd=view, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    argv = in_mounts(line, mounts) if mounts else ["bash", "-c", line]
+    return subprocess.run(argv, cwd=view, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str, ...] = (),
-                    timeout: float = 600) -> subprocess.CompletedProcess:
+                    timeout: float = 600, mounts: dict[str, Path] | None = None) -> subprocess.CompletedProcess:
     """The command line of `page` with every string of `contains` (and none of `lacks`), run as written
     (run_doc) with `inventory` as inventories/site, from a checkout view beside it (a lab's) or, for an
     inventory inside this project (the example), under .cache. Literal arguments: the ledger test
@@ -130,4 +142,4 @@ def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str
     inventory = Path(inventory).resolve()
     inside = inventory.is_relative_to(ROOT / "inventories")
     where = ROOT / ".cache" / "doc-commands" / inventory.name if inside else inventory.parent / "checkout"
-    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, where, timeout)
+    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, where, timeout, mounts)

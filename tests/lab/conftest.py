@@ -155,11 +155,34 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
 
 
 def run_doc_command(page: str, *contains: str, inventory: Path = INVENTORY,
-                    lacks: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """A page's command line run as written on the lab of `inventory` (tests/doc_commands.py), its output kept."""
-    proc = doc_commands.run_doc_command(page, *contains, inventory=inventory, lacks=lacks, timeout=RUN_TIMEOUT)
+                    lacks: tuple[str, ...] = (), mounts: dict[str, Path] | None = None) -> subprocess.CompletedProcess:
+    """A page's command line run as written on the lab of `inventory` (tests/doc_commands.py), its output
+    kept; with `mounts`, the page's machine paths are the test's directories (doc_commands.in_mounts)."""
+    proc = doc_commands.run_doc_command(page, *contains, inventory=inventory, lacks=lacks, timeout=RUN_TIMEOUT,
+                                        mounts=mounts)
     keep_run_log(["bash", "-c", doc_commands.doc_command(page, *contains, lacks=lacks)], proc)
     return proc
+
+
+@contextlib.contextmanager
+def host_vars_set(host: str, inventory: Path = INVENTORY, **values):
+    """Values of one host in the lab inventory's own host_vars for the length of a `with` (a page's command
+    runs as written, so its inventory is the one place a test can give a host its own values); the
+    file is as it was after."""
+    import yaml
+
+    path = inventory / "host_vars" / f"{host}.yml"
+    before = path.read_text() if path.exists() else None
+    merged = {**((yaml.safe_load(before) if before else None) or {}), **values}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    try:
+        yield path
+    finally:
+        if before is None:
+            path.unlink()
+        else:
+            path.write_text(before)
 
 
 RUN_LOGS = ROOT / ".cache" / "test-logs" / "playbooks"

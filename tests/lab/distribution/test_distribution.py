@@ -16,6 +16,10 @@ on each node's share) and against the mirror's copy, file by file:
    file from nvidia-02; nvidia-01 stops sharing its copy and loses its completion marker, so the
    next run fetches it again: the fourth run does, from its peers (the mirror a spare), and every
    node holds the mirror's files again.
+
+Then docs/air-gapped.md's commands as written, on the mirror the lab filled: a second sync finds
+everything present and fetches nothing, the mirror is packed onto "the USB disk", verified there,
+unpacked on "the other side" and verified again.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import pytest
 import yaml
 
 from tests.conftest import venv_tool
-from tests.lab.conftest import RUN_TIMEOUT, changed_tasks, lab_session, recap, role_default, run_kept
+from tests.lab.conftest import RUN_TIMEOUT, changed_tasks, lab_session, recap, role_default, run_doc_command, run_kept
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "distribution"
@@ -151,3 +155,49 @@ def test_waves_from_mirror_and_peers(lab):
         assert sums(lab, node, MODEL_PATH) == mirror_copy, node
     assert len(model_requests(lab, MIRROR).get(WRONG, [])) == asked
     print("\n" + "\n".join(f"{name}: {seconds:.1f} s" for name, seconds in timings.items()))
+
+
+def test_the_air_gapped_page_s_commands_as_written_carry_this_mirror_across(lab, tmp_path):
+    """docs/air-gapped.md's sync, pack, verify and unpack lines, as written, with the machine paths they
+    name (/srv/vllm-fleet-mirror, /media/usb) bound to the test's (doc_commands.in_mounts): the
+    connected machine's /srv/vllm-fleet-mirror is mirror-01's, which `lab up` filled from the lab's
+    web root, the other side's an empty directory."""
+    from vllm_fleet_lab.paths import lab_paths
+
+    filled = lab_paths(LAB).nodes_dir / MIRROR / "root" / MIRROR_ROOT.lstrip("/")
+    usb, other_side = tmp_path / "usb", tmp_path / "other-side"
+    usb.mkdir()
+    other_side.mkdir()
+    connected = {"/srv/vllm-fleet-mirror": filled, "/media/usb": usb}
+    across = {"/srv/vllm-fleet-mirror": other_side, "/media/usb": usb}
+
+    # 1. A second sync: everything is present, nothing is fetched (issue 34's target: 0 bytes).
+    check = run_doc_command("docs/air-gapped.md", "mirror sync", "--check", inventory=INVENTORY, mounts=connected)
+    assert check.returncode == 0, out(check)
+    counts = re.search(r"^(\d+) item\(s\): (\d+) present, 0 to fetch, 0 B$", check.stdout, re.M)
+    assert counts and counts[1] == counts[2] and int(counts[1]) > 5, out(check)
+    again = run_doc_command("docs/air-gapped.md", "mirror sync", lacks=("--check",), inventory=INVENTORY,
+                            mounts=connected)
+    assert again.returncode == 0, out(again)
+    assert re.search(r"^fetched 0 item\(s\), 0 B; \d+ already present; 0 failed$", again.stdout, re.M), out(again)
+
+    # 2. Packed onto the disk, checked on the other side, unpacked there and checked file by file.
+    packed = run_doc_command("docs/air-gapped.md", "mirror pack", inventory=INVENTORY, mounts=connected)
+    assert packed.returncode == 0 and "packed /srv/vllm-fleet-mirror into " in packed.stdout, out(packed)
+    assert (usb / "mirror" / "SHA256SUMS").is_file() and not (Path("/media/usb") / "mirror").exists()
+    volumes = run_doc_command("docs/air-gapped.md", "mirror verify /media/usb", inventory=INVENTORY, mounts=across)
+    assert volumes.returncode == 0 and ": 0 problem(s)" in volumes.stdout, out(volumes)
+    unpacked = run_doc_command("docs/air-gapped.md", "mirror unpack", inventory=INVENTORY, mounts=across)
+    assert unpacked.returncode == 0, out(unpacked)
+    files = run_doc_command("docs/air-gapped.md", "mirror verify /srv", inventory=INVENTORY, mounts=across)
+    verified = re.search(r"verified [1-9]\d* file\(s\).*: 0 problem\(s\)", files.stdout)
+    assert files.returncode == 0 and verified, out(files)
+    # Every file came across but the key that signs the apt repository, which stays on the connected side.
+    kept = {name: size for name, size in sums_here(filled).items() if not name.startswith("keys/")}
+    assert kept != sums_here(filled) and sums_here(other_side) == kept
+
+
+def sums_here(directory: Path) -> dict[str, int]:
+    """Every file under `directory` on this machine: {relative path: size}."""
+    return {str(path.relative_to(directory)): path.stat().st_size
+            for path in directory.rglob("*") if path.is_file() and not path.is_symlink()}
