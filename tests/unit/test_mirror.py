@@ -356,3 +356,23 @@ def test_the_bill_follows_declared_types_and_the_nodes_platform():
     assert pips["vllm-router==0.1.17"].python == "3.11" and pips["vllm-router==0.1.17"].arch == "x86_64"
     args = fetch.pip_args(pips["torch==2.7.1"])
     assert "--platform" in args and "manylinux2014_aarch64" in args and "--isolated" in args
+
+
+def test_the_nodes_platform_tags_are_pips_on_the_mirror_s_release():
+    """Debian 12's glibc 2.36: vLLM's llguidance ships manylinux_2_31 wheels only, which a 2.28 cap
+    (the controller's guess of a baseline) could not resolve though every node's pip installs them."""
+    x86 = bom.platform_tags("x86_64")
+    assert x86[0] == "manylinux_2_36_x86_64" and "manylinux_2_31_x86_64" in x86 and x86[-1] == "linux_x86_64"
+    assert x86.index("manylinux_2_17_x86_64") + 1 == x86.index("manylinux2014_x86_64")
+    assert "manylinux2010_x86_64" in x86 and "manylinux1_x86_64" in x86 and "manylinux_2_37_x86_64" not in x86
+    arm = bom.platform_tags("aarch64")
+    assert arm[0] == "manylinux_2_36_aarch64" and arm[-3:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64",
+                                                              "linux_aarch64"]
+    assert bom.platform_tags("x86_64", (2, 28))[0] == "manylinux_2_28_x86_64"
+    # pip's own list on this machine (Debian 12) is the same, manylinux tags for manylinux tags.
+    from pip._internal.utils.compatibility_tags import get_supported  # noqa: PLC0415
+
+    here = list(dict.fromkeys(t.platform for t in get_supported() if "manylinux" in t.platform
+                              and t.platform.endswith("x86_64")))
+    if here and here[0] == "manylinux_2_36_x86_64":
+        assert here == [t for t in x86 if "manylinux" in t]

@@ -472,6 +472,25 @@ def test_a_package_file_of_the_matrix_brings_what_it_depends_on_into_the_reposit
 
 
 @needs_tools
+def test_a_package_file_whose_dependency_no_source_has_is_named_with_the_file(archive, tmp_path):
+    """apt's message names the package the file declares (musa-stand-in), not the matrix's file: the sync's
+    names the file too, and nothing is built."""
+    url, _ = archive
+    web, work, out = tmp_path / "web", tmp_path / "build", tmp_path / "mirror"
+    driver = _deb(web / "files", work, "musa-stand-in", "2.0", Depends="no-such-package")
+    bill = _bill((["tiny-e"], [], [], "n1: the distribution's packages (...)"))
+    key = "artifacts/musa/musa-stand-in_2.0_all.deb"
+    bill.add(bom.Item("artifact", key, sources=[f"{url}/files/{driver.name}"],
+                      sha256=hashlib.sha256(driver.read_bytes()).hexdigest()), "n1: fleet_matrix.musa_driver")
+    summary = mirror_sync.sync(bill, out, log=lambda m: None)
+    assert not summary.ok
+    (failed,) = summary.failed
+    assert "musa-stand-in : Depends: no-such-package but it is not installable" in failed, failed
+    assert "the matrix's package file(s) musa-stand-in_2.0_all.deb: what they depend on" in failed, failed
+    assert not (out / "apt").exists()
+
+
+@needs_tools
 def test_the_operators_key_signs_the_repository_when_named(archive, tmp_path, monkeypatch):
     url, repo = archive
     # A short path: gpg-agent's socket is in the GnuPG home (a pytest-xdist tmp_path is too deep for one).

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -203,9 +204,12 @@ class PrivateApt:
 
     # -- running apt
 
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "APT_CONFIG": str(self.home / "apt.conf"), "LC_ALL": "C",
+                "DEBIAN_FRONTEND": "noninteractive"}
+
     def _run(self, argv: list[str], what: str) -> str:
-        env = {**os.environ, "APT_CONFIG": str(self.home / "apt.conf"), "LC_ALL": "C",
-               "DEBIAN_FRONTEND": "noninteractive"}
+        env = self._env()
         if shutil.which(argv[0]) is None:
             raise AptError(f"{argv[0]} is not installed: the fleet's apt repository is collected on a Debian or Ubuntu "
                            "machine (or set fleet_mirror_apt: false to keep the hosts' own apt sources)")
@@ -235,9 +239,12 @@ class PrivateApt:
         if not packages:
             return []
         self.update()
-        out = self._run(["apt-get", "-qq", "--print-uris", *self._options(recommends), "-o",
-                         f"Dir::Cache::archives={self.home / 'none'}", "install", *packages],
-                        f"resolving {' '.join(packages)}")
+        try:
+            out = self._run(["apt-get", "-qq", "--print-uris", *self._options(recommends), "-o",
+                             f"Dir::Cache::archives={self.home / 'none'}", "install", *packages],
+                            f"resolving {' '.join(packages)}")
+        except AptError as exc:
+            raise AptError(f"{exc}{self._unmet(packages, recommends)}") from None
         resolved = []
         for line in out.splitlines():
             words = line.split()
@@ -249,6 +256,18 @@ class PrivateApt:
             resolved.append({"name": name, "version": version, "arch": arch, "file": file, "size": int(words[2]),
                              "uri": uri, "component": APT_COMPONENTS[1] if vendor else APT_COMPONENTS[0]})
         return resolved
+
+    def _unmet(self, packages: list[str], recommends: bool) -> str:
+        """apt's own account of what cannot be installed (" tiny : Depends: x but it is not installable"), which
+        its quiet run leaves out: the same request simulated, its unmet dependencies."""
+        try:
+            done = subprocess.run(["apt-get", "-q", "-s", *self._options(recommends), "install", *packages],
+                                  env=self._env(), capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        unmet = [" ".join(ln.split()) for ln in done.stdout.splitlines()
+                 if re.match(r"^\s+(\S+ : )?(Pre-Depends|Depends|Breaks|Conflicts): ", ln)]
+        return f"; unmet: {'; '.join(unmet)}" if unmet else ""
 
     def download(self, packages: list[str], recommends: bool = True) -> None:
         """Fetch the closure of `packages` into the cache (what is there already, whole, stays)."""
@@ -292,8 +311,17 @@ def closure(item: bom.Item, cache: Path | None = None) -> list[dict]:
     apt = private_apt(item, cache)
     with_rec, without = _split(item)
     files = {f"file:{f}" for f in item.index.get("package_files") or []}
+    try:
+        resolved = apt.resolve(with_rec, True) + apt.resolve(without, False)
+    except AptError as exc:
+        if not files:
+            raise
+        # apt names the package a file declares, not the matrix's file: the message names the files too.
+        names = ", ".join(sorted(Path(f).name for f in item.index["package_files"]))
+        raise AptError(f"{exc} (the set installs the matrix's package file(s) {names}: what they depend on must be "
+                       "in Debian's archive or in the inventory's apt repositories)") from None
     packages: dict[str, dict] = {}
-    for package in apt.resolve(with_rec, True) + apt.resolve(without, False):
+    for package in resolved:
         if package["uri"] not in files:
             packages.setdefault(package["file"], package)
     return list(packages.values())

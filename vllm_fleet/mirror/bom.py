@@ -40,6 +40,7 @@ from vllm_fleet import models, release, vendors
 from vllm_fleet.mirror.layout import (
     APT_DIR,
     APT_RELEASE,
+    APT_RELEASE_GLIBC,
     DEB_ARCH,
     DEFAULT_REVISION,
     GIT_HEAD,
@@ -113,10 +114,26 @@ KEYS = KEYS + APT_KEYS
 #: Hub clients per model source type, as roles/blocks/model_fetch installs them ({distribution: matrix key}).
 HUB_CLIENTS = {"modelscope": {"modelscope": "modelscope", "modelscope-hub": "modelscope_hub"},
                "huggingface": {"huggingface_hub": "huggingface_hub"}}
-#: pip's platform tags for a node's architecture: manylinux wheels, newest glibc baseline first.
-PLATFORM_TAGS = {arch: [f"manylinux_2_{n}_{arch}" for n in (28, 27, 26, 24, 17)] + [f"manylinux2014_{arch}",
-                                                                                      f"linux_{arch}"]
-                 for arch in ("x86_64", "aarch64")}
+
+
+def platform_tags(arch: str, glibc: tuple[int, int] = APT_RELEASE_GLIBC) -> list[str]:
+    """pip's platform tags on a node of `arch` whose C library is `glibc`, newest baseline first, as pip
+    lists them there (PEP 600's manylinux_2_N down to manylinux_2_17 on aarch64, manylinux_2_5 on
+    x86_64, with the legacy aliases manylinux2014, manylinux2010 and manylinux1, then linux_<arch>).
+    Written here because pip's own list (packaging.tags) is the running machine's, not the nodes'."""
+    major, newest = glibc
+    oldest = 5 if arch == "x86_64" else 17
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags = []
+    for minor in range(newest, oldest - 1, -1):
+        tags.append(f"manylinux_{major}_{minor}_{arch}")
+        if minor in legacy:
+            tags.append(f"{legacy[minor]}_{arch}")
+    return [*tags, f"linux_{arch}"]
+
+
+#: pip's platform tags for a node's architecture on the mirror's release.
+PLATFORM_TAGS = {arch: platform_tags(arch) for arch in ("x86_64", "aarch64")}
 
 
 @dataclass

@@ -33,6 +33,10 @@ SOURCE_PATHS = {"fleet_pip_index_url": "/pypi/simple/", "fleet_github_mirror": "
 #: of the distribution's name at another version (one version of a name per component).
 APT_DIR = "apt"
 APT_RELEASE = "bookworm"
+#: The C library of that release (libc6 2.36): the newest manylinux baseline its nodes' pip installs,
+#: so the newest the mirror's pip resolution accepts (llguidance, which vLLM requires, ships
+#: manylinux_2_31 wheels only).
+APT_RELEASE_GLIBC = (2, 36)
 APT_COMPONENTS = ("main", "vendor")
 #: The repository's public key, ASCII-armored (what the hosts' apt checks its signature with).
 APT_KEY = f"{APT_DIR}/vllm-fleet-mirror.asc"
