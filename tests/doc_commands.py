@@ -81,8 +81,6 @@ NOT_RUN = {
     ("docs/lab.md", "inventories/lab"): "the default lab's, which a person uses: a test lab has a name and "
                                         "inventory of its own",
     ("docs/lab.md", "vllm-fleet lab"): "the default lab's, which a person uses: a test lab has a name of its own",
-    ("docs/operations/bench.md", "--model qwen3-4b"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
-    ("docs/operations/bench.md", "-l metax-nodes"): "MetaX's models: no lab test's lab has a MetaX node and a bench",
     ("docs/operations/rollouts.md", "--accuracy-set /data/mmlu"): "the accuracy set is the site's (/data/mmlu)",
     ("docs/performance.md", ".cache/tinyctx"): "a figure's script's own command (scripts/ measure it)",
 }
@@ -139,7 +137,14 @@ def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str
     (run_doc) with `inventory` as inventories/site, from a checkout view beside it (a lab's) or, for an
     inventory inside this project (the example), under .cache. Literal arguments: the ledger test
     (tests/unit/test_doc_commands.py) reads these calls to know which commands run."""
+    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, view_dir(inventory), timeout, mounts)
+
+
+def view_dir(inventory: Path) -> Path:
+    """Where run_doc_command makes the checkout view of `inventory` (the directory a page's relative
+    paths, such as `--secrets secrets.yml`, are read from): beside a lab's inventory, or under .cache
+    for one inside this project."""
     inventory = Path(inventory).resolve()
-    inside = inventory.is_relative_to(ROOT / "inventories")
-    where = ROOT / ".cache" / "doc-commands" / inventory.name if inside else inventory.parent / "checkout"
-    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, where, timeout, mounts)
+    if inventory.is_relative_to(ROOT / "inventories"):
+        return ROOT / ".cache" / "doc-commands" / inventory.name
+    return inventory.parent / "checkout"

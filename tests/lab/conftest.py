@@ -164,18 +164,23 @@ def run_doc_command(page: str, *contains: str, inventory: Path = INVENTORY,
     return proc
 
 
-@contextlib.contextmanager
-def host_vars_set(host: str, inventory: Path = INVENTORY, **values):
-    """Values of one host in the lab inventory's own host_vars for the length of a `with` (a page's command
-    runs as written, so its inventory is the one place a test can give a host its own values); the
-    file is as it was after."""
+def set_host_vars(host: str, inventory: Path = INVENTORY, **values) -> None:
+    """Values of one host, in the lab inventory's own host_vars (which a page's command, run as written,
+    and `vllm-fleet` read too), beside the lab's own (its ports); None removes a value."""
     import yaml
 
     path = inventory / "host_vars" / f"{host}.yml"
-    before = path.read_text() if path.exists() else None
-    merged = {**((yaml.safe_load(before) if before else None) or {}), **values}
+    merged = {**((yaml.safe_load(path.read_text()) if path.exists() else None) or {}), **values}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    path.write_text(yaml.safe_dump({k: v for k, v in merged.items() if v is not None}, sort_keys=False))
+
+
+@contextlib.contextmanager
+def host_vars_set(host: str, inventory: Path = INVENTORY, **values):
+    """set_host_vars for the length of a `with`: the file is as it was after."""
+    path = inventory / "host_vars" / f"{host}.yml"
+    before = path.read_text() if path.exists() else None
+    set_host_vars(host, inventory, **values)
     try:
         yield path
     finally:

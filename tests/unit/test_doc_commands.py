@@ -132,9 +132,10 @@ def test_every_vllm_fleet_command_in_the_docs_parses(where: str, argv: list[str]
 
 
 def _run_doc_calls() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
-    """(page, contains, lacks) of every run_doc_command(...) call of the tests."""
+    """(page, contains, lacks) of every run_doc_command(...) call of the tests: the lab tests' and those a
+    scenario's verify runs (molecule/<scenario>/tests, test_scenario_tests_are_run_by_a_verify)."""
     calls = []
-    for path in sorted((ROOT / "tests").rglob("*.py")):
+    for path in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "molecule").glob("*/tests/*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
             name = getattr(node, "func", None) and getattr(node.func, "id", getattr(node.func, "attr", ""))
             if isinstance(node, ast.Call) and name == "run_doc_command" and isinstance(node.args[0], ast.Constant):
@@ -164,6 +165,20 @@ def test_every_command_of_the_pages_runs_verbatim_on_a_lab_or_says_why_not():
     left = [f"{page}: {line}" for page, line in runnable if (page, line) not in ran | said]
     assert left == [], "run these in a lab test (run_doc_command) or say in NOT_RUN why not"
     assert not ran & said, f"both run and said not to be: {sorted(ran & said)}"
+
+
+def test_scenario_tests_are_run_by_a_verify_that_ci_runs():
+    """Each molecule/<scenario>/tests is run by its scenario's verify, which a scenario CI runs
+    (scripts/test: fleet and cpu) imports or is: a page's command there is run, not only named."""
+    ci = {"fleet", "cpu"}
+    assert re.search(r'VLLM_FLEET_SCENARIOS:-fleet cpu\}', (ROOT / "scripts" / "test").read_text())
+    for tests in sorted((ROOT / "molecule").glob("*/tests")):
+        scenario = tests.parent.name
+        verify = (tests.parent / "verify.yml").read_text()
+        assert f"molecule/{scenario}/tests" in verify, f"molecule/{scenario}/verify.yml does not run {tests.name}/"
+        runs = {name for name in ci if name == scenario
+                or f"../{scenario}/verify.yml" in (ROOT / "molecule" / name / "verify.yml").read_text()}
+        assert runs, f"no scenario CI runs ({sorted(ci)}) runs molecule/{scenario}/verify.yml"
 
 
 def test_bench_s_dry_run_runs_as_written_and_prints_evalscope_s_commands():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_fleet.validation import validate_hosts
 
@@ -164,7 +166,24 @@ def test_numeric_string_from_extra_vars_gets_a_hint(example):
     example["nvidia-01"]["fleet_min_free_disk_gb"] = "100000"
     (p,) = problems_for(example, "nvidia-01")
     assert "fleet_min_free_disk_gb = '100000' (a string): expected a number of GB (>= 0)" in p
-    assert "pass numbers as JSON" in p
+    assert "in a YAML file write 100000 without quotes" in p
+    assert "pass numbers as JSON, e.g. -e '{\"fleet_min_free_disk_gb\": 100000}'" in p
+
+
+@pytest.mark.parametrize("text,number", [(" 0.5", "0.5"), ("+7", "7"), (".5", "0.5"), ("1e3", "1000.0")])
+def test_the_hint_writes_the_number_as_yaml_and_json_read_it(example, text, number):
+    """Whichever route brought the string (a quoted value in a vars file, -e key=value), the hint's number
+    is one YAML and JSON both read as that number."""
+    example["nvidia-01"]["fleet_min_free_disk_gb"] = text
+    (p,) = problems_for(example, "nvidia-01")
+    assert f"write {number} without quotes" in p and f"-e '{{\"fleet_min_free_disk_gb\": {number}}}'" in p
+    assert json.loads(number) == yaml.safe_load(number) == float(text)
+
+
+def test_a_string_that_is_no_finite_number_gets_no_hint(example):
+    example["nvidia-01"]["fleet_min_free_disk_gb"] = "nan"
+    (p,) = problems_for(example, "nvidia-01")
+    assert "without quotes" not in p
 
 
 # ------------------------------------------------------------------ NVIDIA (seed 003) and LoRA adapters

@@ -4,7 +4,9 @@ with each vendor's version matrix from its role (roles/vendors/<vendor>/meta/mat
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import re
 from functools import lru_cache
 
 import jsonschema
@@ -81,9 +83,13 @@ def _format_error(err: jsonschema.ValidationError) -> str:
                 if err.instance.is_integer() else " (a whole number") + ")"
     elif isinstance(err.instance, float) and "string" in str(sch.get("type", "")) + str(accepted):
         hint = " (YAML read it as a number: put it in quotes)"
-    elif isinstance(err.instance, str) and err.validator == "type" and _numeric(err.instance):
-        hint = (" (extra vars given as -e key=value are strings: pass numbers as JSON, "
-                "e.g. -e '{\"name\": 100}')")
+    elif isinstance(err.instance, str) and err.validator == "type" and _numeric(err.instance) \
+            and math.isfinite(float(err.instance)):
+        # Validation does not know which route the value came by: both ways of writing the number.
+        top = str(err.absolute_path[0]) if err.absolute_path else "name"
+        number = json.dumps(int(err.instance) if re.fullmatch(r"\s*[-+]?\d+\s*", err.instance) else float(err.instance))
+        hint = (f" (a number in quotes is a string: in a YAML file write {number} without quotes; -e key=value "
+                f"gives strings, so pass numbers as JSON, e.g. -e '{{\"{top}\": {number}}}')")
     shown = _masked(err.instance) if is_secret_path(err.absolute_path) else _describe(err.instance)
     return f"{path} = {shown}: expected {accepted}{hint}"
 

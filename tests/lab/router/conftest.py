@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import venv_tool
+from tests.lab import conftest as lab_conftest
 from tests.lab.conftest import answer_text, chat_completion, lab_session, recap, run_kept
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,11 +46,8 @@ def vllm_fleet(*args: str) -> subprocess.CompletedProcess:
 
 
 def set_host_vars(host: str, **values) -> None:
-    """Values of one host, in the lab inventory's host_vars (which `vllm-fleet` reads too), beside
-    the lab's own (its ports); None removes a value."""
-    path = INVENTORY / "host_vars" / f"{host}.yml"
-    merged = {**((yaml.safe_load(path.read_text()) if path.exists() else None) or {}), **values}
-    path.write_text(yaml.safe_dump({k: v for k, v in merged.items() if v is not None}, sort_keys=False))
+    """Values of one host in the router lab's inventory (tests.lab.conftest.set_host_vars)."""
+    lab_conftest.set_host_vars(host, INVENTORY, **values)
 
 
 def host_vars(host: str) -> dict:
