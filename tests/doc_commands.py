@@ -78,27 +78,30 @@ def doc_command(page: str, *contains: str, lacks: tuple[str, ...] = ()) -> str:
 
 #: The pages' command lines no lab test runs, each with why: (page, a string of the line) -> reason.
 NOT_RUN = {
-    ("docs/lab.md", "inventories/lab"): "the default lab's, which a person uses: a test lab has a name and "
-                                        "inventory of its own",
-    ("docs/lab.md", "vllm-fleet lab"): "the default lab's, which a person uses: a test lab has a name of its own",
     ("docs/operations/rollouts.md", "--accuracy-set /data/mmlu"): "the accuracy set is the site's (/data/mmlu)",
     ("docs/performance.md", ".cache/tinyctx"): "a figure's script's own command (scripts/ measure it)",
 }
 
 
+#: The inventory the lab's page (docs/lab.md) names: the one `vllm-fleet lab up` writes for the default lab.
+LAB_INVENTORY = "inventories/lab"
+
+
 def checkout_view(inventory: Path, where: Path) -> Path:
     """A checkout as a site's operator has it: this project's files (links to them) and inventories/site,
-    their inventory (here a lab's). Rebuilt in place: `inventories/site` follows `inventory`."""
+    their inventory (here a lab's), which is also inventories/lab, as for the reader of the lab's page
+    whose lab it is. Rebuilt in place: both follow `inventory`."""
     where.mkdir(parents=True, exist_ok=True)
     for entry in ROOT.iterdir():
         link = where / entry.name
         if entry.name not in (".git", "inventories") and not link.is_symlink():
             link.symlink_to(entry)
     (where / "inventories").mkdir(exist_ok=True)
-    site = where / SITE
-    if site.is_symlink():
-        site.unlink()
-    site.symlink_to(Path(inventory).resolve())
+    for name in (SITE, LAB_INVENTORY):
+        link = where / name
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(Path(inventory).resolve())
     return where
 
 
@@ -119,25 +122,28 @@ def in_mounts(line: str, mounts: dict[str, Path]) -> list[str]:
 
 
 def run_doc(line: str, inventory: Path, where: Path, timeout: float,
-            mounts: dict[str, Path] | None = None) -> subprocess.CompletedProcess:
+            mounts: dict[str, Path] | None = None, lab: str | None = None) -> subprocess.CompletedProcess:
     """Run a page's command line as written, with bash, from checkout_view(inventory, where), `.venv/bin`
     first on the PATH and Ansible's configuration the checkout's own (found in the working directory);
-    with `mounts`, the page's machine paths are a test's directories (in_mounts)."""
+    with `mounts`, the page's machine paths are a test's directories (in_mounts); with `lab`, that lab is
+    the one `vllm-fleet lab` acts on without --name (VLLM_FLEET_LAB_NAME), as the default lab is the
+    reader's (no test touches the default lab, which a person may be using)."""
     view = checkout_view(inventory, where)
-    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_CONFIG", "VLLM_FLEET_LAB_NAME")}
     env.update(PATH=f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_DEPRECATION_WARNINGS="0")
+               ANSIBLE_DEPRECATION_WARNINGS="0", **({"VLLM_FLEET_LAB_NAME": lab} if lab else {}))
     argv = in_mounts(line, mounts) if mounts else ["bash", "-c", line]
     return subprocess.run(argv, cwd=view, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str, ...] = (),
-                    timeout: float = 600, mounts: dict[str, Path] | None = None) -> subprocess.CompletedProcess:
+                    timeout: float = 600, mounts: dict[str, Path] | None = None,
+                    lab: str | None = None) -> subprocess.CompletedProcess:
     """The command line of `page` with every string of `contains` (and none of `lacks`), run as written
     (run_doc) with `inventory` as inventories/site, from a checkout view beside it (a lab's) or, for an
     inventory inside this project (the example), under .cache. Literal arguments: the ledger test
     (tests/unit/test_doc_commands.py) reads these calls to know which commands run."""
-    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, view_dir(inventory), timeout, mounts)
+    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, view_dir(inventory), timeout, mounts, lab)
 
 
 def view_dir(inventory: Path) -> Path:

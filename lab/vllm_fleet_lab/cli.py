@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,8 +46,12 @@ def add_command(subparsers, name: str) -> argparse.ArgumentParser:
     lab_sub.add_parser("status", help="list the lab's nodes")
     for verb in ("stop", "start"):
         lab_sub.add_parser(verb, help=f"{verb} one node").add_argument("node")
+    # VLLM_FLEET_LAB_NAME names the lab of every command without --name: a person's second lab, or
+    # molecule's scenario's lab (.config/molecule/config.yml sets it for the scenario's playbooks).
+    name = os.environ.get("VLLM_FLEET_LAB_NAME") or lab.DEFAULT_LAB
     for p in lab_sub.choices.values():
-        p.add_argument("--name", default=lab.DEFAULT_LAB, help=f"lab name (default: {lab.DEFAULT_LAB})")
+        p.add_argument("--name", default=name,
+                       help=f"lab name (default: $VLLM_FLEET_LAB_NAME, else {lab.DEFAULT_LAB}; now {name})")
         p.add_argument("--json", action="store_true", help="machine-readable output")
     p_lab.set_defaults(func=cmd_lab)
     return p_lab

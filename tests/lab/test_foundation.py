@@ -7,16 +7,33 @@ from __future__ import annotations
 import json
 import time
 
-from .conftest import LAB, PROVISIONED, fresh_nodes, recap, run_playbook
+from .conftest import INVENTORY, LAB, PROVISIONED, fresh_nodes, recap, run_doc_command, run_playbook
+
+
+def lab_hosts() -> dict[str, dict]:
+    """The fleet's hosts of the lab's inventory with their variables (hosts.yml, as `lab up` wrote it)."""
+    import yaml
+
+    groups = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["fleet"]["children"]
+    return {host: vars_ for group in groups.values() for host, vars_ in (group.get("hosts") or {}).items()}
 
 
 def test_invalid_inventory_stops_before_any_node_is_contacted(lab):
     # A stopped node would show up as UNREACHABLE if anything tried to reach it.
     lab.stop(LAB, "nvidia-01")
     try:
+        # docs/lab.md's status line, as written, on this lab (its name in VLLM_FLEET_LAB_NAME): the stopped
+        # node is said to be, every other one runs, each with its SSH port.
+        listed = run_doc_command("docs/lab.md", "vllm-fleet lab status", lab=LAB)
         proc = run_playbook("-l", "ascend-01,nvidia-01", "-e", '{"fleet_matrix": {"python": 3.11}}')
     finally:
         lab.start(LAB, "nvidia-01")
+    assert listed.returncode == 0, listed.stdout[-2000:] + listed.stderr[-2000:]
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
+    assert rows == {row["node"]: [row["vendor"], row["ssh"], "stopped" if row["node"] == "nvidia-01" else "running"]
+                    for row in lab.status(LAB)} and len(rows) == 4, listed.stdout
+    ports = {host: str(vars_["ansible_port"]) for host, vars_ in lab_hosts().items()}
+    assert {node: row[1].rsplit(":", 1)[1] for node, row in rows.items()} == ports, (listed.stdout, ports)
     # The refusal is ansible-playbook's error at the verdict play's `hosts:` (stderr), exit 4.
     said = proc.stdout + proc.stderr
     assert proc.returncode == 4, said[-3000:]

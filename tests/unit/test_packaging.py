@@ -132,6 +132,15 @@ def test_vllm_fleet_lab_comes_from_the_labs_entry_point():
         ("vllm_fleet_lab.cli", "up", 2, "cpu", "x")
 
 
+@pytest.mark.parametrize("verb", ["up", "down", "status"])
+def test_vllm_fleet_lab_acts_on_the_lab_vllm_fleet_lab_name_names_without_name(monkeypatch, verb):
+    monkeypatch.delenv("VLLM_FLEET_LAB_NAME", raising=False)
+    assert cli.build_parser().parse_args(["lab", verb]).name == "lab"
+    monkeypatch.setenv("VLLM_FLEET_LAB_NAME", "second")
+    assert cli.build_parser().parse_args(["lab", verb]).name == "second"
+    assert cli.build_parser().parse_args(["lab", verb, "--name", "x"]).name == "x"
+
+
 @pytest.mark.parametrize("argv", [["lab"], ["lab", "up", "--nodes", "2"], ["lab", "--help"], ["lab", "status", "-h"]])
 def test_without_the_lab_vllm_fleet_lab_says_how_to_get_it(monkeypatch, capsys, argv):
     monkeypatch.setattr(cli, "plugin_commands", lambda: [])

@@ -191,3 +191,27 @@ def test_release_switch_and_rollback(lab):
     assert recap(rollouts[-1].stdout)[NODE]["changed"] == 0, changed_tasks(rollouts[-1].stdout)
     assert current(lab) == f"releases/{release_b}" and unit_release(lab) == release_b
     assert chat(lab)
+
+
+def test_the_lab_page_s_down_as_written_removes_every_trace_of_the_lab(lab):
+    """docs/lab.md's last line, as written, on this lab (its name in VLLM_FLEET_LAB_NAME), the module's
+    last test: "removes every trace". Its nodes stop answering, no mount or process of theirs is left,
+    its state, port block and inventory are gone; the lab fixture's own down after it finds nothing."""
+    import socket
+
+    from vllm_fleet_lab.paths import known_labs, lab_paths
+
+    paths = lab_paths(LAB)
+    ports = [int(row["ssh"].rsplit(":", 1)[1]) for row in lab.status(LAB)]
+    assert ports and INVENTORY.is_dir() and paths.root.is_dir()
+    proc = run_doc_command("docs/lab.md", "vllm-fleet lab down", inventory=INVENTORY, lab=LAB)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert LAB not in known_labs() and lab.status(LAB) == []
+    assert not paths.root.exists() and not INVENTORY.exists()
+    assert str(paths.root) not in Path("/proc/mounts").read_text()
+    running = subprocess.run(["pgrep", "-af", str(paths.root)], capture_output=True, text=True, check=False).stdout
+    assert running == "", running
+    for port in [*ports, paths.web_port]:
+        with socket.socket() as sock:
+            sock.settimeout(2)
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
