@@ -180,6 +180,12 @@ def test_the_hint_writes_the_number_as_yaml_and_json_read_it(example, text, numb
     assert json.loads(number) == yaml.safe_load(number) == float(text)
 
 
+def test_a_quoted_number_inside_a_variable_gets_the_yaml_hint_only(example):
+    example["nvidia-01"]["fleet_models"][0]["port"] = "8001"
+    (p,) = problems_for(example, "nvidia-01")
+    assert "write 8001 without quotes)" in p and "-e" not in p.split("without quotes")[1]
+
+
 def test_a_string_that_is_no_finite_number_gets_no_hint(example):
     example["nvidia-01"]["fleet_min_free_disk_gb"] = "nan"
     (p,) = problems_for(example, "nvidia-01")

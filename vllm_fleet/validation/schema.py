@@ -85,11 +85,14 @@ def _format_error(err: jsonschema.ValidationError) -> str:
         hint = " (YAML read it as a number: put it in quotes)"
     elif isinstance(err.instance, str) and err.validator == "type" and _numeric(err.instance) \
             and math.isfinite(float(err.instance)):
-        # Validation does not know which route the value came by: both ways of writing the number.
-        top = str(err.absolute_path[0]) if err.absolute_path else "name"
+        # Validation does not know which route the value came by: both ways of writing the number (-e for a
+        # variable of its own; a value inside a mapping or list comes with its variable, whole).
         number = json.dumps(int(err.instance) if re.fullmatch(r"\s*[-+]?\d+\s*", err.instance) else float(err.instance))
-        hint = (f" (a number in quotes is a string: in a YAML file write {number} without quotes; -e key=value "
-                f"gives strings, so pass numbers as JSON, e.g. -e '{{\"{top}\": {number}}}')")
+        hint = f" (a number in quotes is a string: in a YAML file write {number} without quotes"
+        if len(err.absolute_path) == 1:
+            hint += (f"; -e key=value gives strings, so pass numbers as JSON, e.g. "
+                     f"-e '{{\"{err.absolute_path[0]}\": {number}}}'")
+        hint += ")"
     shown = _masked(err.instance) if is_secret_path(err.absolute_path) else _describe(err.instance)
     return f"{path} = {shown}: expected {accepted}{hint}"
 
