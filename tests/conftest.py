@@ -23,11 +23,17 @@ EXAMPLE = ROOT / "inventories" / "example"
 # weights each vendor runs, its dtype, its launch profile's context, the adapters a node has);
 # a router entry over the example lets these differ (validation refuses the others).
 EXAMPLE_DIFFERENCES = ["source", "dtype", "max_model_len", "lora_adapters"]
+
+
+def fleet_groups(inventory: Path) -> dict[str, dict[str, dict]]:
+    """Each vendor group under `fleet` in `inventory`'s hosts.yml -> its hosts -> their variables there."""
+    doc = yaml.safe_load((inventory / "hosts.yml").read_text())
+    return {group: {host: host_vars or {} for host, host_vars in (body.get("hosts") or {}).items()}
+            for group, body in doc["all"]["children"]["fleet"]["children"].items()}
+
+
 #: Each fleet host of the example inventory -> its vendor group, as its hosts.yml has them.
-GROUP_OF = {host: group
-            for group, body in yaml.safe_load((EXAMPLE / "hosts.yml").read_text())["all"]["children"]["fleet"]
-            ["children"].items()
-            for host in (body.get("hosts") or {})}
+GROUP_OF = {host: group for group, hosts in fleet_groups(EXAMPLE).items() for host in hosts}
 
 
 class OffLoopbackTrap(socketserver.ThreadingTCPServer):
@@ -139,12 +145,8 @@ def load_group_vars(inventory: Path, group: str) -> dict:
 def example_hosts() -> dict[str, dict]:
     """Variables of each example host as Ansible would merge them (all < fleet < vendor group < host)."""
     base = {**load_group_vars(EXAMPLE, "all"), **load_group_vars(EXAMPLE, "fleet")}
-    hosts_doc = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
-    hosts = {}
-    for group, body in hosts_doc["all"]["children"]["fleet"]["children"].items():
-        for host, host_vars in (body.get("hosts") or {}).items():
-            hosts[host] = {**base, **load_group_vars(EXAMPLE, group), **(host_vars or {})}
-    return hosts
+    return {host: {**base, **load_group_vars(EXAMPLE, group), **host_vars}
+            for group, hosts in fleet_groups(EXAMPLE).items() for host, host_vars in hosts.items()}
 
 
 @pytest.fixture

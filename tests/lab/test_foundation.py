@@ -7,15 +7,9 @@ from __future__ import annotations
 import json
 import time
 
+from tests.conftest import fleet_groups
+
 from .conftest import INVENTORY, LAB, PROVISIONED, fresh_nodes, recap, run_doc_command, run_playbook
-
-
-def lab_hosts() -> dict[str, dict]:
-    """The fleet's hosts of the lab's inventory with their variables (hosts.yml, as `lab up` wrote it)."""
-    import yaml
-
-    groups = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["fleet"]["children"]
-    return {host: vars_ for group in groups.values() for host, vars_ in (group.get("hosts") or {}).items()}
 
 
 def test_invalid_inventory_stops_before_any_node_is_contacted(lab):
@@ -32,7 +26,8 @@ def test_invalid_inventory_stops_before_any_node_is_contacted(lab):
     rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
     assert rows == {row["node"]: [row["vendor"], row["ssh"], "stopped" if row["node"] == "nvidia-01" else "running"]
                     for row in lab.status(LAB)} and len(rows) == 4, listed.stdout
-    ports = {host: str(vars_["ansible_port"]) for host, vars_ in lab_hosts().items()}
+    ports = {host: str(host_vars["ansible_port"]) for hosts in fleet_groups(INVENTORY).values()
+             for host, host_vars in hosts.items()}
     assert {node: row[1].rsplit(":", 1)[1] for node, row in rows.items()} == ports, (listed.stdout, ports)
     # The refusal is ansible-playbook's error at the verdict play's `hosts:` (stderr), exit 4.
     said = proc.stdout + proc.stderr
