@@ -19,7 +19,7 @@ from typing import Any
 
 from vllm_fleet.plain import plain as _plain
 from vllm_fleet.role_specs import role_options, secret_declarations
-from vllm_fleet.secrets import SECRET_NAME, mask_text, secret_values
+from vllm_fleet.secrets import is_secret_path, mask_text, secret_values
 
 #: The file that marks a directory as a plan's (the next plan replaces the directory whole).
 MARKER = ".vllm-fleet-plan"
@@ -63,19 +63,19 @@ def inventory_secrets(hostvars: Any) -> list[str]:
     one: a router's configuration holds the engines' key, a monitoring host's files the models';
     and those nested in vllm-fleet's own variables: a model's secret_env under fleet_models),
     read one by one: `hostvars` may be Ansible's lazy hostvars."""
-    declared, _ = secret_declarations()
+    declarations = secret_declarations()
     options = role_options()
     found: set[str] = set()
     for host in hostvars.keys():
         host_vars = hostvars[host]
         tree = {}
         for name in (str(n) for n in host_vars.keys()):
-            if name in declared or SECRET_NAME.search(name) or name in options or name.startswith("fleet_"):
+            if is_secret_path((name,), declarations) or name in options or name.startswith("fleet_"):
                 try:
                     tree[name] = host_vars[name]
                 except Exception:  # noqa: BLE001, S112 - a secret that cannot be rendered is in no file
                     continue
-        found.update(secret_values(_plain(tree), secret_declarations()))
+        found.update(secret_values(_plain(tree), declarations))
     return sorted(found, key=len, reverse=True)
 
 

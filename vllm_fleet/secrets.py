@@ -48,63 +48,65 @@ class _SecretName:
 SECRET_NAME = _SecretName()
 
 
-def is_secret_path(parts: Iterable[Any]) -> bool:
-    """Whether a variable path (names and list indices) passes through a secret's name."""
-    return any(isinstance(p, str) and SECRET_NAME.search(p) for p in parts)
+def is_secret_path(path: Iterable[Any], declarations: tuple[Collection[str], Mapping[str, Collection[str]]],
+                   secret: bool = False) -> bool:
+    """Whether the value at `path` (a host's variable, then keys and list indices) is a secret:
+    the one rule of what a secret is, for validation's messages and masking alike (secret_values
+    applies it to every leaf). Keys and tokens, and nothing else:
+
+    - never under a key of NAME_KEYS (a team's or model's name, printed by status and the
+      router's counters);
+    - under a variable whose spec lists suboptions (`declarations[1]`: variable -> its no_log
+      suboptions), only its no_log suboptions, keys named like a secret below the others, and
+      an item that is not the declared mapping (validation refuses it; masked whole): a team's
+      requests_per_minute of 8000 is no secret, and `--port 8000` stays readable in a plan;
+    - otherwise, under a variable declared secret (`declarations[0]`, role_specs.secret_declarations)
+      or a variable or key named like a secret (SECRET_NAME), or anywhere when `secret` (a
+      `--secrets` file's tree)."""
+    parts = [p for p in path if p is not None]  # None marks a mapping's key (validation.problem.leaves)
+    keys = [str(p) for p in parts if isinstance(p, str)]
+    if not parts:
+        return secret
+    if any(k in NAME_KEYS for k in keys):
+        return False
+    declared, suboptions = declarations
+    name = str(parts[0])
+    if name in suboptions:
+        below = keys[1:] if keys and keys[0] == name else keys
+        if not below:
+            return True  # the variable or one of its items whole
+        return below[0] in suboptions[name] or any(SECRET_NAME.search(k) for k in below[1:])
+    return secret or name in declared or any(SECRET_NAME.search(k) for k in keys)
+
+
+def _leaves(value: Any, path: tuple = ()):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, path + (str(k),))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, value
 
 
 def secret_values(tree: Any, declarations: tuple[Collection[str], Mapping[str, Collection[str]]],
                   secret: bool = False) -> list[str]:
     """The secret values of `tree` (a host's variables, or a `--secrets` file's when `secret`),
-    longest first so that a secret containing another is masked whole. The one rule of what a
-    secret is, for validation's messages, the runner's events and artifacts, plans, status and
-    bench alike: keys and tokens, and nothing else.
-
-    A secret is a string or a number under a key named like a secret (SECRET_NAME), under a variable declared one
-    (`declarations[0]`, role_specs.secret_declarations), or, when `secret`, a string anywhere; except
-    the values of NAME_KEYS (a team's or model's name, printed by status and the router's
-    counters) and, under a variable whose spec lists suboptions (`declarations[1]`: variable ->
-    its no_log suboptions), every suboption not marked no_log: a team's requests_per_minute
-    of 8000 is no secret, and `--port 8000` stays readable in a plan."""
-    declared, suboptions = declarations
+    longest first so that a secret containing another is masked whole: every string, and every
+    number under a secret's name, at a path is_secret_path calls secret (the one rule, for
+    validation's messages, the runner's events and artifacts, plans, status and bench alike),
+    long enough to be masked by value (MIN_MASKED_LENGTH)."""
     found: set[str] = set()
-
-    def leaf(value, named: bool, anywhere: bool):
+    for path, value in _leaves(tree):
         if value is None or isinstance(value, bool):
-            return
+            continue
         if isinstance(value, str):
-            if (named or anywhere) and len(value.strip()) >= MIN_MASKED_LENGTH:
+            if len(value.strip()) >= MIN_MASKED_LENGTH and is_secret_path(path, declarations, secret):
                 found.add(value)
-        elif isinstance(value, (int, float)) and named and len(str(value)) >= MIN_MASKED_LENGTH:
-            found.add(str(value))
-
-    def walk(value, named: bool, anywhere: bool = secret):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if str(k) not in NAME_KEYS:
-                    walk(v, named or bool(SECRET_NAME.search(str(k))), anywhere)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v, named, anywhere)
-        else:
-            leaf(value, named, anywhere)
-
-    if not isinstance(tree, dict):
-        walk(tree, False)
-    for name, value in (tree.items() if isinstance(tree, dict) else ()):
-        name = str(name)
-        if name in suboptions:
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(item, dict):
-                    for key, sub in item.items():
-                        if str(key) in suboptions[name]:
-                            walk(sub, True)
-                        elif str(key) not in NAME_KEYS:
-                            walk(sub, False, anywhere=False)  # declared no secret, even in a --secrets file
-                else:
-                    walk(item, True)  # not the declared structure (validation refuses it): masked whole
-        elif name not in NAME_KEYS:
-            walk(value, name in declared or bool(SECRET_NAME.search(name)))
+        elif isinstance(value, (int, float)) and len(str(value)) >= MIN_MASKED_LENGTH \
+                and is_secret_path(path, declarations):
+            found.add(str(value))  # a number only by its name: a --secrets file's port is no secret
     return sorted(found, key=len, reverse=True)
 
 

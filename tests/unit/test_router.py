@@ -427,6 +427,9 @@ def _teams_router(**extra):
     ({"router_api_keys": [{"name": "a", "key": "short"}]}, "router_api_keys[0].key"),
     ({"router_api_keys": [{"name": "a", "key": ""}]}, "router_api_keys[0].key"),
     ({"router_api_keys": [{"name": "a", "key": "x" * 20, "requests_per_minute": -1}]}, "requests_per_minute"),
+    # A team's limit is no secret (masking shows it in plans): its message shows it too.
+    ({"router_api_keys": [{"name": "a", "key": "x" * 20, "requests_per_minute": "8000x"}]},
+     "router_api_keys[0].requests_per_minute = '8000x' (a string)"),
     ({"router_api_keys": [{"name": "a b", "key": "x" * 20}]}, "router_api_keys[0].name"),
     ({"router_session_header": "X Session"}, "router_session_header = 'X Session' (a string): is no HTTP header name"),
 ])

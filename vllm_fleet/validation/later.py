@@ -24,9 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from vllm_fleet.secrets import is_secret_path
-from vllm_fleet.validation.classes import class_of
-from vllm_fleet.validation.problem import Problem, _masked
+from vllm_fleet.validation.problem import Problem, _masked, secret_path
 
 #: The expressions of a template: `{{ ... }}` and `{% ... %}`.
 _EXPRESSION = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
@@ -109,7 +107,7 @@ def later_reads(raw: dict[str, Any], names: Iterable[str]) -> dict[str, str]:
                 continue
             index, through = found
             _pattern, what, why, accepted = LATER[index]
-            secret = is_secret_path(path) or class_of(name) in ("secret", "secrets")
+            secret = secret_path(path)
             via = f" through {' -> '.join(through)}" if through else ""
             problem = Problem(path, text, f"reads {what}{via}, known only later: {why}", accepted)
             out[name] = (f"{problem.variable} = {_masked(text)}: {problem.why}; accepted: {accepted}" if secret

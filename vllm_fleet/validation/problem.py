@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_fleet.role_specs import secret_declarations
 from vllm_fleet.secrets import MASK, is_secret_path
 
 
@@ -48,6 +49,12 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def secret_path(path) -> bool:
+    """Whether the value at `path` is a secret, by the one rule masking uses too
+    (vllm_fleet.secrets.is_secret_path, with the roles' declarations)."""
+    return is_secret_path(path, secret_declarations())
+
+
 @dataclass(frozen=True)
 class Problem:
     """One problem of one variable: `path` (names and list indices from the host's variable
@@ -63,7 +70,7 @@ class Problem:
         return _var_path(self.path)
 
     def __str__(self) -> str:
-        shown = _masked(self.value) if is_secret_path(self.path) else _describe(self.value)
+        shown = _masked(self.value) if secret_path(self.path) else _describe(self.value)
         return f"{self.variable} = {shown}: {self.why}; accepted: {self.accepted}"
 
 

@@ -14,8 +14,7 @@ import yaml
 
 from vllm_fleet import vendors
 from vllm_fleet.models import DATA_DIR
-from vllm_fleet.secrets import is_secret_path
-from vllm_fleet.validation.problem import _describe, _masked, _numeric, _var_path
+from vllm_fleet.validation.problem import _describe, _masked, _numeric, _var_path, secret_path
 
 SCHEMA_FILE = DATA_DIR / "inventory.schema.yml"
 
@@ -93,7 +92,7 @@ def _format_error(err: jsonschema.ValidationError) -> str:
             hint += (f"; -e key=value gives strings, so pass numbers as JSON, e.g. "
                      f"-e '{{\"{err.absolute_path[0]}\": {number}}}'")
         hint += ")"
-    shown = _masked(err.instance) if is_secret_path(err.absolute_path) else _describe(err.instance)
+    shown = _masked(err.instance) if secret_path(err.absolute_path) else _describe(err.instance)
     return f"{path} = {shown}: expected {accepted}{hint}"
 
 

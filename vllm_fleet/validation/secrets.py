@@ -1,7 +1,9 @@
 """Secrets: never printed, long enough, and only through the secret path.
 
-A secret is any value under a variable or key named like one (vllm_fleet.secrets.SECRET_NAME:
-*api_key*, *token*, *password*, *secret*, ...). Messages mask them by name (problem.py) and,
+A secret is a value where vllm_fleet.secrets.is_secret_path says one lies, the rule masking uses too:
+under a variable or key named like one (SECRET_NAME: *api_key*, *token*, *password*, *secret*, ...),
+a variable declared secret, a suboption its spec marks no_log; never a name. Messages mask them by
+where they are (problem.secret_path) and,
 behind that, by value in every form a message may print (raw, repr, JSON, URL-encoded:
 vllm_fleet.secrets.printed_forms). API keys and tokens must be non-empty strings of printable
 characters of a minimum length (vLLM takes an empty key as none: the model would be open).
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from vllm_fleet.role_specs import role_options, secret_declarations
+from vllm_fleet.role_specs import role_options
 from vllm_fleet.secrets import MIN_KEY_LENGTH, SECRET_NAME, mask_text, redact_credentials, url_has_credentials
-from vllm_fleet.validation.problem import Problem, leaves
+from vllm_fleet.validation.problem import Problem, leaves, secret_path
 
 #: Keys and tokens: what a client presents, so long enough not to be guessed.
 _KEY_NAME = re.compile(r"api_?key|token", re.I)
@@ -39,40 +41,26 @@ def _structured(path: tuple) -> bool:
     return bool(spec and spec[1].get("type") in ("dict", "list"))
 
 
-def _secret_options(path: tuple) -> frozenset[str] | None:
-    """The suboptions a role variable's spec marks as secrets (no_log), where its spec lists
-    suboptions (router_api_keys: each team's `key`, not its name or limit); None otherwise.
-    The same declarations as masking's (vllm_fleet.secrets.secret_values)."""
-    return secret_declarations()[1].get(str(path[0])) if len(path) == 1 else None
-
-
-def _secret_leaves(value, path: tuple, inside: bool):
-    secret_options = _secret_options(path) if inside and len(path) == 1 else None
-    if secret_options is not None:
-        items = value if isinstance(value, list) else [value]
-        for i, item in enumerate(items):
-            for k, v in (item.items() if isinstance(item, dict) else ()):
-                where = path + ((i,) if isinstance(value, list) else ()) + (k,)
-                yield from _secret_leaves(v, where, k in secret_options)
-        return
-    if path and isinstance(path[-1], str) and _KEY_NAME.search(path[-1]) and SECRET_NAME.search(path[-1]) \
-            and isinstance(value, (dict, list)) and not _structured(path):
+def _secret_leaves(value, path: tuple = ()):
+    """(path, value) of every secret under `value`, by the one rule masking uses too
+    (problem.secret_path: router_api_keys' `key`, not a team's name or limit); a key or token
+    given as a mapping or list (where its spec does not say it holds several) whole."""
+    if path and isinstance(path[-1], str) and _KEY_NAME.search(path[-1]) and isinstance(value, (dict, list)) \
+            and secret_path(path) and not _structured(path):
         yield path, value  # a key or token is one string, not a structure
-        return
-    if isinstance(value, dict):
+    elif isinstance(value, dict):
         for k, v in value.items():
-            declared = not path and str(k) in secret_declarations()[0]
-            yield from _secret_leaves(v, path + (k,), inside or declared or bool(SECRET_NAME.search(str(k))))
+            yield from _secret_leaves(v, path + (k,))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _secret_leaves(v, path + (i,), inside)
-    elif inside:
+            yield from _secret_leaves(v, path + (i,))
+    elif path and secret_path(path):
         yield path, value
 
 
 def secret_problems(host_vars: dict) -> list[str]:
     problems: list[str] = []
-    for path, value in _secret_leaves(host_vars, (), False):
+    for path, value in _secret_leaves(host_vars):
         name = next((str(p) for p in reversed(path) if isinstance(p, str) and SECRET_NAME.search(p)), "")
         if not _KEY_NAME.search(name):
             if value is None or (isinstance(value, str) and not value.strip()):
@@ -100,7 +88,7 @@ def secret_problems(host_vars: dict) -> list[str]:
                                         "files and logs show", "the same name under secret_env (given with "
                                         "--secrets FILE, the API's secrets= or ansible-vault)")))
             continue
-        if any(SECRET_NAME.search(p) for p in path if isinstance(p, str)):
+        if secret_path(path):
             continue
         if url_has_credentials(value):
             problems.append(str(Problem(path, "(a URL with a credential, not shown)",
@@ -120,7 +108,7 @@ def inline_secret_problems(extra_vars: dict) -> list[str]:
                         "process list, the shell's history and a CI log show",
                         "-e @FILE with the file vault-encrypted (ansible-vault encrypt FILE), or vllm-fleet's "
                         "--secrets FILE"))
-            for path, value in _secret_leaves(extra_vars, (), False)
+            for path, value in _secret_leaves(extra_vars)
             if value not in (None, "") and path and path[-1] is not None
             # A reference (`{{ vllm_api_key }}`) names the secret, given in a file: no secret on the line.
             and not (isinstance(value, str) and ("{{" in value or "{%" in value))]
