@@ -577,6 +577,15 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_
                "MODELSCOPE_OFFLINE": "1"}
 
 
+def run_caches(work: Path) -> dict[str, str]:
+    """The dataset caches of one evalscope run, inside its own directory. Hugging Face's datasets
+    library caches a local set under the home by its path: a set changed in place (12 questions cut to
+    6) was read as before by the next run (evalscope 1.14.1, datasets 4.1.1, scripts/check-evalscope's
+    set), so a gate would judge a canary on a set the site no longer has."""
+    return {"HF_DATASETS_CACHE": str(work / "cache" / "datasets"),
+            "MODELSCOPE_CACHE": str(work / "cache" / "modelscope")}
+
+
 def masked(argv: list[str], target: Target) -> str:
     """The command line as it may be shown: the API key masked."""
     return shlex.join([MASK if target.api_key and a == target.api_key else a for a in argv])
@@ -625,7 +634,7 @@ def evalscope_accuracy(target: Target, dataset_path: str | os.PathLike, *, work_
     try:
         with open(log, "wb") as fh:
             proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False, timeout=timeout,
-                                  env={**os.environ, **OFFLINE_ENV})
+                                  env={**os.environ, **OFFLINE_ENV, **run_caches(work)})
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"evalscope eval did not finish within {timeout:g} s (log: {log})") from exc
     finally:
@@ -679,7 +688,7 @@ def run_evalscope(targets: list[Target], *, checks: list[str], out_dir: str | os
                 base.mkdir(parents=True, exist_ok=True)
                 with open(base / f"{check}.log", "w", encoding="utf-8") as fh:
                     proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, check=False,
-                                          env={**os.environ, **OFFLINE_ENV})
+                                          env={**os.environ, **OFFLINE_ENV, **run_caches(base / check)})
                 row["rc"] = proc.returncode
                 row["log"] = str(base / f"{check}.log")
                 _scrub_tree(base, t.api_key)

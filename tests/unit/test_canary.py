@@ -261,6 +261,26 @@ def test_evalscope_reports_are_read_by_their_primary_metric(tmp_path):
         bench.evalscope_score(tmp_path, "qwen")
 
 
+def test_the_report_evalscope_1_14_1_wrote_is_read_by_its_primary_metric(tmp_path):
+    """The report a real evalscope 1.14.1 run wrote (scripts/check-evalscope; source:
+    tests/unit/fixtures/evalscope/README.md): its score, and its primary metric's alone."""
+    import json
+    from pathlib import Path
+
+    from vllm_fleet import bench
+
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "evalscope" / "mmlu-report-1.14.1.json").read_text())
+    assert recorded["schema_version"] == 2 and recorded["primary_metric_identity"]["name"] == "accuracy"
+    report = tmp_path / "20261207_052531" / "reports" / "qwen3-4b" / "mmlu.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps(recorded))
+    assert bench.evalscope_score(tmp_path, "qwen3-4b") == recorded["metrics"][0]["score"] == 0.0
+    (primary,) = [m for m in recorded["metrics"] if m["identity"] == recorded["primary_metric_identity"]]
+    primary["score"] = 0.625  # the primary metric's score, not another field's, is the conclusion
+    report.write_text(json.dumps(recorded))
+    assert bench.evalscope_score(tmp_path, "qwen3-4b") == 0.625
+
+
 def test_the_accuracy_run_is_seed_001s_evalscope_eval_and_its_key_is_scrubbed(tmp_path, monkeypatch):
     import json
     import stat
@@ -277,6 +297,8 @@ work = pathlib.Path(argv[argv.index("--work-dir") + 1]) / "20261203_101500"
 (work / "reports" / "qwen").mkdir(parents=True)
 (work / "reports" / "qwen" / "mmlu.json").write_text({json.dumps(json.dumps(_report(0.8)))})
 (work / "args.log").write_text(" ".join(argv))
+import os
+(work / "caches.log").write_text(os.environ["HF_DATASETS_CACHE"] + " " + os.environ["MODELSCOPE_CACHE"])
 print("evalscope", " ".join(argv))
 """)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -288,6 +310,9 @@ print("evalscope", " ".join(argv))
     assert args.startswith("eval --model qwen --api-url http://127.0.0.1:8000/v1 --eval-type openai_api "
                            "--datasets mmlu")
     assert '"local_path": "/data/mmlu"' in args and "--limit 5" in args
+    # The dataset caches are the run's own: a set changed in place is read afresh (bench.run_caches).
+    caches = (tmp_path / "run" / "20261203_101500" / "caches.log").read_text().split()
+    assert caches == [str(tmp_path / "run" / "cache" / "datasets"), str(tmp_path / "run" / "cache" / "modelscope")]
     for path in (tmp_path / "run").rglob("*"):
         assert not path.is_file() or b"sk-team-secret" not in path.read_bytes(), path
     fake.write_text("#!/bin/sh\necho 'ConnectionError: refused'\nexit 3\n")
