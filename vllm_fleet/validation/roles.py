@@ -7,8 +7,7 @@ import difflib
 
 from vllm_fleet.project import ROLES_DIR
 from vllm_fleet.role_specs import role_default, role_names, role_options
-from vllm_fleet.secrets import SECRET_NAME
-from vllm_fleet.validation.problem import _describe, _masked
+from vllm_fleet.validation.problem import _describe, _masked, secret_path
 from vllm_fleet.validation.schema import schema
 from vllm_fleet.validation.types import type_problems
 
@@ -27,7 +26,7 @@ def role_variable_problems(host_vars: dict) -> list[str]:
         if role:
             candidates = [o for o, (r, _) in options.items() if r == role]
             close = difflib.get_close_matches(name, candidates, n=1)
-            shown = _masked(value) if SECRET_NAME.search(name) else _describe(value)
+            shown = _masked(value) if secret_path((name,)) else _describe(value)
             problems.append(f"{name} = {shown}: not a variable of role {role}"
                             + (f" (did you mean {close[0]!r}?)" if close else "")
                             + f"; the role's variables are listed in roles/{role}/meta/argument_specs.yml")

@@ -17,9 +17,9 @@ import re
 from typing import Any
 
 from vllm_fleet.role_specs import role_options
-from vllm_fleet.secrets import SECRET_NAME, mask_text
+from vllm_fleet.secrets import mask_text
 from vllm_fleet.validation.classes import NUMBER_RANGES, class_of
-from vllm_fleet.validation.problem import Problem, _describe, _masked, leaves
+from vllm_fleet.validation.problem import Problem, _describe, _masked, leaves, secret_path
 from vllm_fleet.validation.schema import schema
 
 #: The largest integer any consumer (HAProxy, systemd, Prometheus, 32-bit C) takes safely.
@@ -136,7 +136,7 @@ def _spec_problems(options: dict, provided: dict) -> list[str]:
         name = next((n for n in provided if f"'{n}'" in message or n in message), None)
         if name and "choices" in options[name][1]:
             message += f" (accepted: {', '.join(map(str, options[name][1]['choices']))})"
-        if name and SECRET_NAME.search(name):
+        if name and secret_path((name,)):
             shown = _masked(provided[name])
             message = mask_text(message, [str(provided[name])])
         else:
