@@ -678,8 +678,8 @@ def canary_rollout(inventory, canary: int, limit=None, extravars=None, secrets=N
     fleet_canary_accuracy_drop_points against the last accuracy accepted on that set."""
     accuracy_work = None
     if accuracy_set is not None:
-        if not Path(accuracy_set).is_dir():
-            raise ValueError(f"accuracy set {accuracy_set}: not a directory (the dataset's files, read locally)")
+        if problem := _bench.accuracy_set_problem(accuracy_set):
+            raise ValueError(f"accuracy set {problem}")
         if _bench.evalscope_executable() is None:
             raise ValueError("an accuracy set needs evalscope: pip install 'vllm-fleet[evalscope]'")
         if accuracy_limit is not None and (isinstance(accuracy_limit, bool) or not isinstance(accuracy_limit, int)

@@ -577,6 +577,20 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_
                "MODELSCOPE_OFFLINE": "1"}
 
 
+def accuracy_set_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` cannot be an accuracy run's MMLU set, or None. evalscope 1.14.1 reads a local set
+    as its hub keeps it: a dataset card (README.md) whose `configs` name each subset's split files;
+    without one it stops with "BuilderConfig 'all' not found" (scripts/check-evalscope's finding),
+    after the canary was converged."""
+    where = Path(path)
+    if not where.is_dir():
+        return f"{path}: not a directory (the dataset's files, read locally)"
+    if not (where / "README.md").is_file():
+        return (f"{path}: no dataset card (README.md) whose configs name the subsets' files, as the hub keeps "
+                "cais/mmlu (docs/operations/rollouts.md, lab/fixtures/datasets/mmlu-tiny)")
+    return None
+
+
 def run_caches(work: Path) -> dict[str, str]:
     """The dataset caches of one evalscope run, inside its own directory. Hugging Face's datasets
     library caches a local set under the home by its path: a set changed in place (12 questions cut to
@@ -666,6 +680,8 @@ def run_evalscope(targets: list[Target], *, checks: list[str], out_dir: str | os
                          "the model's directory)")
     if "accuracy" in checks and not dataset_path:
         raise BenchError("--evalscope accuracy needs --dataset PATH (the MMLU files; nothing is fetched from a hub)")
+    if "accuracy" in checks and not dry_run and (problem := accuracy_set_problem(dataset_path)):
+        raise BenchError(f"--dataset {problem}")
     executable = evalscope_executable()
     if executable is None and not dry_run:
         raise BenchError("evalscope is not installed: pip install 'vllm-fleet[evalscope]'")

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
+from tests.conftest import ROOT
 from vllm_fleet import bench, cli
 
 KEY = "sk-bench-test-key-0123"
@@ -398,6 +399,12 @@ def test_evalscope_needs_its_local_inputs_and_a_dry_run_runs_nothing(tmp_path):
     assert [(r["check"], r["rc"]) for r in rows] == [("perf", None), ("accuracy", None)]
     assert all(KEY not in r["command"] for r in rows)
     assert not (tmp_path / "evalscope").exists()
+    # A run reads the set: one without the dataset card evalscope needs is refused before it starts.
+    with pytest.raises(bench.BenchError, match="--dataset .*: no dataset card \\(README.md\\)"):
+        bench.run_evalscope([t], checks=["accuracy"], out_dir=tmp_path, dataset_path=str(tmp_path))
+    with pytest.raises(bench.BenchError, match="--dataset /nope: not a directory"):
+        bench.run_evalscope([t], checks=["accuracy"], out_dir=tmp_path, dataset_path="/nope")
+    assert bench.accuracy_set_problem(ROOT / "lab" / "fixtures" / "datasets" / "mmlu-tiny") is None
 
 
 @pytest.mark.ansible

@@ -323,6 +323,7 @@ print("evalscope", " ".join(argv))
 def test_a_gated_rollout_with_an_accuracy_set_rolls_back_a_canary_that_lost_accuracy(monkeypatch, tmp_path):
     dataset = tmp_path / "mmlu"
     dataset.mkdir()
+    (dataset / "README.md").write_text("---\nconfigs: []\n---\n")  # a dataset card (bench.accuracy_set_problem)
     history = tmp_path / "history"
     name = str(dataset.resolve()) + " (at most 5 per subset)"
     accepted = canary.judge(result(chars=1000), "r1", None, LIMITS, canary.Accuracy(set=name, percent=80.0))
@@ -348,6 +349,9 @@ def test_a_bad_accuracy_set_is_refused_before_any_node_is_touched(monkeypatch, t
     calls = Recorder(monkeypatch, chars_per_s=100).calls
     with pytest.raises(ValueError, match="accuracy set .*/nope: not a directory"):
         api.canary_rollout("inv", 1, history_dir=tmp_path, accuracy_set=tmp_path / "nope")
+    with pytest.raises(ValueError, match="accuracy set .*: no dataset card \\(README.md\\)"):
+        api.canary_rollout("inv", 1, history_dir=tmp_path, accuracy_set=tmp_path)
+    (tmp_path / "README.md").write_text("---\nconfigs: []\n---\n")
     monkeypatch.setattr(api._bench, "evalscope_executable", lambda: None)
     with pytest.raises(ValueError, match="an accuracy set needs evalscope"):
         api.canary_rollout("inv", 1, history_dir=tmp_path, accuracy_set=tmp_path)
