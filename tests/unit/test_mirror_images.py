@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -196,3 +197,64 @@ def test_the_bill_names_each_image_with_the_nodes_platforms_and_refuses_two_dige
     with pytest.raises(bom.BillError, match="two digests"):
         bom.bill_of_materials({"a": {"groups": groups, **host("x86_64", "sha256:" + "1" * 64)},
                                "b": {"groups": groups, **host("x86_64")}})
+
+
+def test_the_mirror_hosts_registry_and_its_images_hold_each_layer_once(tmp_path):
+    """roles/services/mirror fills Debian's docker-registry from the mirror's OCI layouts, then links the
+    copies (vars/main.yml's _mirror_registry_dedupe, run here as the role runs it): the layer is one file on
+    disk, the registry still serves the image (skopeo checks every digest it reads), and a second run
+    links nothing (the task's changed_when)."""
+    import os
+
+    import jinja2
+    import yaml
+
+    from tests.conftest import ROOT
+
+    role = ROOT / "roles" / "services" / "mirror"
+    mirror, store = tmp_path / "mirror", tmp_path / "store"
+    layout = mirror / "images" / "big" / "one"
+    _tiny_image(layout, "1", os.urandom(3 << 20))
+    port = _free_port()
+    config = tmp_path / "config.yml"
+    config.write_text(json.dumps({"version": 0.1, "log": {"level": "error", "accesslog": {"disabled": True}},
+                                  "storage": {"filesystem": {"rootdirectory": str(store)}},
+                                  "http": {"addr": f"127.0.0.1:{port}"}}))
+    log = tmp_path / "registry.log"
+    # docker-registry reads REGISTRY_* variables as its configuration (the module's fixture sets skopeo's one)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([REGISTRY, "serve", str(config)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                env=env)
+    try:
+        wait_for_port(proc, port, log)
+        subprocess.run(["skopeo", "copy", "--quiet", "--multi-arch", "all", "--preserve-digests",
+                        "--dest-tls-verify=false", f"oci:{layout}:1", f"docker://127.0.0.1:{port}/big/one:1"],
+                       check=True, capture_output=True)
+        role_vars = yaml.safe_load((role / "vars" / "main.yml").read_text())
+        context = {"mirror_root": str(mirror), "_mirror_registry_store": str(store)}
+        argv = [jinja2.Template(str(a)).render(context) for a in role_vars["_mirror_registry_dedupe"]]
+        tasks = yaml.safe_load((role / "tasks" / "registry.yml").read_text())
+        (task,) = [t for t in tasks if t.get("register") == "mirror_registry_dedupe"]
+        changed = re.search(r"regex\('(.*)'\)", task["changed_when"])[1].replace("\\\\", "\\")
+
+        def layers() -> list[Path]:
+            return sorted(p for p in [*layout.rglob("*"), *store.rglob("data")] if p.stat().st_size >= 1 << 20)
+
+        before = layers()
+        assert len(before) == 2 and len({p.stat().st_ino for p in before}) == 2  # two copies of the layer
+        first = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        assert re.search(changed, first), first
+        after = layers()
+        assert len({p.stat().st_ino for p in after}) == 1 and after[0].stat().st_nlink == 2, first
+        back = tmp_path / "back"
+        subprocess.run(["skopeo", "copy", "--quiet", "--preserve-digests", "--src-tls-verify=false",
+                        f"docker://127.0.0.1:{port}/big/one:1",
+                        f"oci:{back}:1"], check=True, capture_output=True)
+        layer = back / "blobs" / "sha256" / next(p.name for p in after if p.name != "data")
+        assert hashlib.sha256(layer.read_bytes()).hexdigest() == layer.name  # the shared layer, as served
+        again = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        assert not re.search(changed, again), again
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
