@@ -288,6 +288,16 @@ def test_verify_names_a_corrupted_file_and_pack_carries_the_mirror_in_bounded_vo
     assert proc.returncode == 0, proc.stdout
     assert _git("-C", str(restored / "git" / "github.com" / "acme" / "dep.git"), "rev-parse",
                 "refs/tags/v1.2^{commit}") == site.commits["dep"]
+    # Unpacked again over itself, a file is replaced, not rewritten: a file linked to it elsewhere (the
+    # mirror host's registry store shares image layers so) keeps its bytes whole all along.
+    shared = restored / "artifacts" / "cann_toolkit.run"
+    outside = site.tmp / "registry-blob"
+    outside.unlink(missing_ok=True)
+    os.link(shared, outside)
+    was = (outside.stat().st_ino, outside.read_bytes())
+    assert site.cli("unpack", str(volumes), "-o", str(restored)).returncode == 0
+    assert (outside.stat().st_ino, outside.read_bytes()) == was and outside.stat().st_nlink == 1
+    assert shared.stat().st_ino != was[0] and shared.read_bytes() == was[1]
     parts[1].write_bytes(parts[1].read_bytes()[:-1] + b"x")
     proc = site.cli("verify", str(volumes))
     assert proc.returncode == 2 and f"{parts[1].name}: sha256 differs" in proc.stdout

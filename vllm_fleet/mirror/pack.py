@@ -126,7 +126,14 @@ def unpack(out: Path, root: Path, log=print) -> list[str]:
     meta = json.loads((out / PACK).read_text())
     root.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=_Chain([out / n for n in meta["volumes"]]), mode="r|") as tar:
-        tar.extractall(root, filter="data")
+        for member in tar:
+            # A file already there is replaced, never rewritten in place: on a mirror host the registry's
+            # store shares the image layers' files (roles/services/mirror links them), and serves them meanwhile.
+            safe = tarfile.data_filter(member, str(root))
+            target = root / safe.name
+            if safe.isfile() and target.is_file() and not target.is_symlink():
+                target.unlink()
+            tar.extract(safe, root, filter="data")
     if store.sha256_file(root / store.MANIFEST) != meta["manifest_sha256"]:
         return [f"{root / store.MANIFEST}: not the manifest the pack was made from"]
     return store.verify(root, log=log)
