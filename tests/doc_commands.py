@@ -78,9 +78,6 @@ def doc_command(page: str, *contains: str, lacks: tuple[str, ...] = ()) -> str:
 
 #: The pages' command lines no lab test runs, each with why: (page, a string of the line) -> reason.
 NOT_RUN = {
-    ("docs/operations/rollouts.md", "--accuracy-set /data/mmlu"): (
-        "needs the evalscope extra (about 1.2 GB), which the suite's set-up does not install: "
-        "scripts/check-evalscope runs vllm-fleet's accuracy run with the real evalscope instead"),
     ("docs/performance.md", ".cache/tinyctx"): "a figure's script's own command (scripts/ measure it)",
 }
 
@@ -124,28 +121,39 @@ def in_mounts(line: str, mounts: dict[str, Path]) -> list[str]:
 
 
 def run_doc(line: str, inventory: Path, where: Path, timeout: float,
-            mounts: dict[str, Path] | None = None, lab: str | None = None) -> subprocess.CompletedProcess:
+            mounts: dict[str, Path] | None = None, lab: str | None = None,
+            path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     """Run a page's command line as written, with bash, from checkout_view(inventory, where), `.venv/bin`
-    first on the PATH and Ansible's configuration the checkout's own (found in the working directory);
-    with `mounts`, the page's machine paths are a test's directories (in_mounts); with `lab`, that lab is
-    the one `vllm-fleet lab` acts on without --name (VLLM_FLEET_LAB_NAME), as the default lab is the
-    reader's (no test touches the default lab, which a person may be using)."""
+    first on the PATH (then the directories of `path`: a tool the page has the reader install, from a
+    venv of its own) and Ansible's configuration the checkout's own (found in the working directory);
+    with `mounts`, the page's machine paths are a test's directories (in_mounts: a parent the machine
+    lacks, such as /data, is made for the run and removed after); with `lab`, that lab is the one
+    `vllm-fleet lab` acts on without --name (VLLM_FLEET_LAB_NAME), as the default lab is the reader's
+    (no test touches the default lab, which a person may be using)."""
     view = checkout_view(inventory, where)
     env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_CONFIG", "VLLM_FLEET_LAB_NAME")}
-    env.update(PATH=f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_DEPRECATION_WARNINGS="0", **({"VLLM_FLEET_LAB_NAME": lab} if lab else {}))
+    env.update(PATH=":".join([str(ROOT / ".venv" / "bin"), *map(str, path), env.get("PATH", "")]),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="0", **({"VLLM_FLEET_LAB_NAME": lab} if lab else {}))
     argv = in_mounts(line, mounts) if mounts else ["bash", "-c", line]
-    return subprocess.run(argv, cwd=view, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    made = [parent for parent in sorted({Path(target).parent for target in mounts or {}}) if not parent.exists()]
+    for parent in made:
+        parent.mkdir(parents=True)
+    try:
+        return subprocess.run(argv, cwd=view, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        for parent in reversed(made):
+            parent.rmdir()
 
 
 def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str, ...] = (),
                     timeout: float = 600, mounts: dict[str, Path] | None = None,
-                    lab: str | None = None) -> subprocess.CompletedProcess:
+                    lab: str | None = None, path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     """The command line of `page` with every string of `contains` (and none of `lacks`), run as written
     (run_doc) with `inventory` as inventories/site, from a checkout view beside it (a lab's) or, for an
     inventory inside this project (the example), under .cache. Literal arguments: the ledger test
     (tests/unit/test_doc_commands.py) reads these calls to know which commands run."""
-    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, view_dir(inventory), timeout, mounts, lab)
+    return run_doc(doc_command(page, *contains, lacks=lacks), inventory, view_dir(inventory), timeout, mounts, lab,
+                   path)
 
 
 def view_dir(inventory: Path) -> Path:

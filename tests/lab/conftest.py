@@ -156,12 +156,13 @@ def run_playbook(*args: str, playbook: str = "site.yml", check: bool = False,
 
 def run_doc_command(page: str, *contains: str, inventory: Path = INVENTORY,
                     lacks: tuple[str, ...] = (), mounts: dict[str, Path] | None = None,
-                    lab: str | None = None) -> subprocess.CompletedProcess:
+                    lab: str | None = None, path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     """A page's command line run as written on the lab of `inventory` (tests/doc_commands.py), its output
     kept; with `mounts`, the page's machine paths are the test's directories (doc_commands.in_mounts);
-    with `lab`, `vllm-fleet lab` without --name acts on that lab (doc_commands.run_doc)."""
+    with `lab`, `vllm-fleet lab` without --name acts on that lab; `path`'s directories come after
+    .venv/bin on the PATH (doc_commands.run_doc)."""
     proc = doc_commands.run_doc_command(page, *contains, inventory=inventory, lacks=lacks, timeout=RUN_TIMEOUT,
-                                        mounts=mounts, lab=lab)
+                                        mounts=mounts, lab=lab, path=path)
     keep_run_log(["bash", "-c", doc_commands.doc_command(page, *contains, lacks=lacks)], proc)
     return proc
 

@@ -10,13 +10,21 @@ reason. No request fails."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.lab.conftest import run_doc_command
 from tests.lab.router.conftest import (
     BASE,
+    INVENTORY,
+    MODEL,
     NODES,
+    ROOT,
     UNIT,
     Client,
     answered,
@@ -148,3 +156,35 @@ def test_a_canary_on_a_slow_release_is_refused_by_the_bench_gate_and_rolled_back
     assert current(lab_api, NODES[1]) == f"releases/{good}"
     assert slow not in on_node(lab_api, NODES[1], f"ls {BASE}/releases").split()
     assert chat(port)
+
+
+def test_the_accuracy_gate_runs_as_the_rollouts_page_writes_it_with_the_real_evalscope(routed_quiet):
+    """rollouts.md's accuracy line run as written (issue 35): a gated canary rollout whose canary's chat
+    model is also run through seed 001's accuracy run by the real evalscope (the pyproject extra's pin,
+    in the venv scripts/check-evalscope keeps under /var/cache, on the PATH after .venv/bin as the
+    page's `pip install` would put it), on the smallest MMLU set (lab/fixtures/datasets/mmlu-tiny, the
+    page's /data/mmlu). With no figures recorded yet nothing is judged: the canary's figures and its
+    accuracy on that set are recorded, and the other node follows. The stand-in answers no letter, so
+    the accuracy is 0; that it was measured, read from evalscope's report and recorded is the check."""
+    # scripts/test starts the same build when the suite starts; this waits for it (its lock) or makes it.
+    built = subprocess.run([sys.executable, str(ROOT / "scripts" / "check-evalscope"), "--venv"],
+                           capture_output=True, text=True, timeout=3600, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    evalscope_bin = Path(built.stdout.strip())
+    view = INVENTORY.parent / "checkout"
+    for kept in ("vllm-fleet-bench/history", "vllm-fleet-bench/canary-accuracy"):
+        shutil.rmtree(view / kept, ignore_errors=True)
+    started = time.monotonic()
+    proc = run_doc_command("docs/operations/rollouts.md", "--accuracy-set /data/mmlu", inventory=INVENTORY,
+                           mounts={"/data/mmlu": ROOT / "lab" / "fixtures" / "datasets" / "mmlu-tiny"},
+                           path=(evalscope_bin,))
+    print(f"\nrollouts.md's accuracy line: exit {proc.returncode} in {time.monotonic() - started:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (entry,) = json.loads((view / "vllm-fleet-bench" / "history" / f"{MODEL}.json").read_text())
+    assert entry["host"] == NODES[0] and entry["accuracy"] == 0.0, entry
+    assert entry["accuracy_set"] == "/data/mmlu (at most 20 per subset)", entry
+    (report,) = (view / "vllm-fleet-bench" / "canary-accuracy").glob(f"*/{NODES[0]}-{MODEL}/*/reports/*/mmlu.json")
+    # Every question of the set was asked (3 subjects of 4, under the limit of 20 each).
+    assert [m["num"] for m in json.loads(report.read_text())["metrics"]] == [12], report
+    assert "accuracy 0.0" in proc.stdout, proc.stdout[-4000:]
+    assert chat(routed_quiet[1])
