@@ -77,9 +77,7 @@ def doc_command(page: str, *contains: str, lacks: tuple[str, ...] = ()) -> str:
 
 
 #: The pages' command lines no lab test runs, each with why: (page, a string of the line) -> reason.
-NOT_RUN = {
-    ("docs/performance.md", ".cache/tinyctx"): "a figure's script's own command (scripts/ measure it)",
-}
+NOT_RUN: dict[tuple[str, str], str] = {}
 
 
 #: The inventory the lab's page (docs/lab.md) names: the one `vllm-fleet lab up` writes for the default lab.
@@ -113,6 +111,10 @@ def in_mounts(line: str, mounts: dict[str, Path]) -> list[str]:
     for parent in sorted({str(Path(target).parent) for target in mounts}):
         if parent == "/":
             raise ValueError(f"in_mounts covers a path's parent with a tmpfs: {sorted(mounts)} would cover /")
+        hidden = [str(source) for source in mounts.values() if Path(source).resolve().is_relative_to(parent)]
+        if hidden:
+            raise ValueError(f"in_mounts covers {parent} with a tmpfs, which would hide {hidden}: "
+                             "give a directory elsewhere")
         steps.append(f"mount -t tmpfs vllm-fleet-doc {shlex.quote(parent)}")
     for target, source in mounts.items():
         steps.append(f"mkdir -p {shlex.quote(target)} && mount --bind {shlex.quote(str(source))} {shlex.quote(target)}")

@@ -10,14 +10,25 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLE, ansible_playbook
-from tests.doc_commands import FENCED, NOT_RUN, PAGES, ROOT, command_lines, run_doc_command, runnable_commands
+from tests.doc_commands import (
+    FENCED,
+    NOT_RUN,
+    PAGES,
+    ROOT,
+    command_lines,
+    run_doc,
+    run_doc_command,
+    runnable_commands,
+)
 from vllm_fleet import cli
 
 #: vllm-fleet's subcommands that read an inventory (bench --history and the mirror's verify,
@@ -238,3 +249,30 @@ def test_plain_ansible_playbook_without_an_inventory_stops_saying_so(monkeypatch
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0 and "TASK [" not in proc.stdout
     assert "no inventory was given" in out and "ansible-playbook -i inventories/site site.yml" in out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root (util-linux's unshare)")
+def test_a_pages_machine_paths_are_the_tests_directories_and_the_machine_is_left_as_it_was(tmp_path):
+    """run_doc's mounts: a page's /data/mmlu and /tmp/bench are a test's directories for the run alone; a
+    parent the machine lacks is made for it and removed after; a source the covering tmpfs would hide is
+    refused before anything runs."""
+    # Not under /tmp, which the run's tmpfs covers.
+    base, inventory = ROOT / ".cache" / "doc-commands-mounts", tmp_path / "inventory"
+    data, out = base / "data", base / "out"
+    missing = Path(f"/vllm-fleet-doc-test-{os.getpid()}")
+    shutil.rmtree(base, ignore_errors=True)
+    data.mkdir(parents=True)
+    out.mkdir()
+    (data / "set.txt").write_text("the set\n")
+    inventory.mkdir()
+    try:
+        proc = run_doc(f"cat {missing}/mmlu/set.txt > /tmp/bench/copy && ls /tmp", inventory, tmp_path / "view", 60,
+                       mounts={f"{missing}/mmlu": data, "/tmp/bench": out})
+        assert proc.returncode == 0, proc.stderr
+        assert (out / "copy").read_text() == "the set\n"
+        assert proc.stdout.split() == ["bench"]  # the machine's /tmp is covered, not written
+        assert not missing.exists() and not Path("/tmp/bench/copy").exists()
+        with pytest.raises(ValueError, match="would hide"):
+            run_doc("true", inventory, tmp_path / "view", 60, mounts={"/tmp/bench": tmp_path})
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
