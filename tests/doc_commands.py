@@ -105,21 +105,41 @@ def checkout_view(inventory: Path, where: Path) -> Path:
 def in_mounts(line: str, mounts: dict[str, Path]) -> list[str]:
     """The argv that runs `line` with bash where each absolute path of `mounts` is the directory given,
     in a mount namespace of its own (util-linux's unshare; root): a page's machine paths (/srv,
-    /media/usb) become a test's directories, and the machine's own tree is neither written nor
-    changed (a tmpfs covers each path's parent first, so a missing directory is made there)."""
-    steps = []
-    for parent in sorted({str(Path(target).parent) for target in mounts}):
-        if parent == "/":
-            raise ValueError(f"in_mounts covers a path's parent with a tmpfs: {sorted(mounts)} would cover /")
-        hidden = [str(source) for source in mounts.values() if Path(source).resolve().is_relative_to(parent)]
-        if hidden:
-            raise ValueError(f"in_mounts covers {parent} with a tmpfs, which would hide {hidden}: "
-                             "give a directory elsewhere")
-        steps.append(f"mount -t tmpfs vllm-fleet-doc {shlex.quote(parent)}")
-    for target, source in mounts.items():
-        steps.append(f"mkdir -p {shlex.quote(target)} && mount --bind {shlex.quote(str(source))} {shlex.quote(target)}")
+    /media/usb, /data/mmlu, /tmp/bench) become a test's directories, bound over each path, which must
+    exist (run_doc makes a missing one for the run). Nothing covers a path's parent: the checkout, the
+    test's directories or a venv may lie under it (a clone in /tmp, and the page's /tmp/bench)."""
+    steps = [f"mount --bind {shlex.quote(str(source))} {shlex.quote(target)}" for target, source in mounts.items()]
     script = " && ".join(steps) + ' && exec bash -c "$1"'
     return ["unshare", "--mount", "--propagation", "private", "bash", "-c", script, "in_mounts", line]
+
+
+def mount_points(mounts: dict[str, Path]) -> list[tuple[Path, Path]]:
+    """Make each path of `mounts` the machine lacks: (the path, the highest directory made for it), for
+    unmount_points to remove after the run; what the machine had is left as it was."""
+    made = []
+    for target in map(Path, mounts):
+        if target.exists():
+            continue
+        top = target
+        while not top.parent.exists():
+            top = top.parent
+        target.mkdir(parents=True)
+        made.append((target, top))
+    return made
+
+
+def unmount_points(made: list[tuple[Path, Path]]) -> None:
+    """Remove the directories mount_points made, from each path up to the highest one, while empty."""
+    for target, top in reversed(made):
+        path = target
+        while True:
+            try:
+                path.rmdir()
+            except OSError:
+                break
+            if path == top:
+                break
+            path = path.parent
 
 
 def run_doc(line: str, inventory: Path, where: Path, timeout: float,
@@ -128,23 +148,20 @@ def run_doc(line: str, inventory: Path, where: Path, timeout: float,
     """Run a page's command line as written, with bash, from checkout_view(inventory, where), `.venv/bin`
     first on the PATH (then the directories of `path`: a tool the page has the reader install, from a
     venv of its own) and Ansible's configuration the checkout's own (found in the working directory);
-    with `mounts`, the page's machine paths are a test's directories (in_mounts: a parent the machine
-    lacks, such as /data, is made for the run and removed after); with `lab`, that lab is the one
-    `vllm-fleet lab` acts on without --name (VLLM_FLEET_LAB_NAME), as the default lab is the reader's
-    (no test touches the default lab, which a person may be using)."""
+    with `mounts`, the page's machine paths are a test's directories (in_mounts: a path the machine
+    lacks, such as /data/mmlu, is made for the run, empty, and removed after); with `lab`, that lab is
+    the one `vllm-fleet lab` acts on without --name (VLLM_FLEET_LAB_NAME), as the default lab is the
+    reader's (no test touches the default lab, which a person may be using)."""
     view = checkout_view(inventory, where)
     env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_CONFIG", "VLLM_FLEET_LAB_NAME")}
     env.update(PATH=":".join([str(ROOT / ".venv" / "bin"), *map(str, path), env.get("PATH", "")]),
                ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="0", **({"VLLM_FLEET_LAB_NAME": lab} if lab else {}))
     argv = in_mounts(line, mounts) if mounts else ["bash", "-c", line]
-    made = [parent for parent in sorted({Path(target).parent for target in mounts or {}}) if not parent.exists()]
-    for parent in made:
-        parent.mkdir(parents=True)
+    made = mount_points(mounts or {})
     try:
         return subprocess.run(argv, cwd=view, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     finally:
-        for parent in reversed(made):
-            parent.rmdir()
+        unmount_points(made)
 
 
 def run_doc_command(page: str, *contains: str, inventory: Path, lacks: tuple[str, ...] = (),

@@ -13,7 +13,6 @@ import ast
 import os
 import re
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
@@ -253,26 +252,22 @@ def test_plain_ansible_playbook_without_an_inventory_stops_saying_so(monkeypatch
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root (util-linux's unshare)")
 def test_a_pages_machine_paths_are_the_tests_directories_and_the_machine_is_left_as_it_was(tmp_path):
-    """run_doc's mounts: a page's /data/mmlu and /tmp/bench are a test's directories for the run alone; a
-    parent the machine lacks is made for it and removed after; a source the covering tmpfs would hide is
-    refused before anything runs."""
-    # Not under /tmp, which the run's tmpfs covers.
-    base, inventory = ROOT / ".cache" / "doc-commands-mounts", tmp_path / "inventory"
-    data, out = base / "data", base / "out"
-    missing = Path(f"/vllm-fleet-doc-test-{os.getpid()}")
-    shutil.rmtree(base, ignore_errors=True)
-    data.mkdir(parents=True)
-    out.mkdir()
+    """run_doc's mounts: a page's /data/mmlu and /tmp/bench are a test's directories for the run alone
+    (here under /tmp, as a clone in /tmp has its own: nothing covers /tmp); a path the machine lacks is
+    made for the run and removed after, up to the highest directory made; what the machine had stays."""
+    data, out, inventory = tmp_path / "data", tmp_path / "out", tmp_path / "inventory"
+    for directory in (data, out, inventory):
+        directory.mkdir()
     (data / "set.txt").write_text("the set\n")
-    inventory.mkdir()
-    try:
-        proc = run_doc(f"cat {missing}/mmlu/set.txt > /tmp/bench/copy && ls /tmp", inventory, tmp_path / "view", 60,
-                       mounts={f"{missing}/mmlu": data, "/tmp/bench": out})
-        assert proc.returncode == 0, proc.stderr
-        assert (out / "copy").read_text() == "the set\n"
-        assert proc.stdout.split() == ["bench"]  # the machine's /tmp is covered, not written
-        assert not missing.exists() and not Path("/tmp/bench/copy").exists()
-        with pytest.raises(ValueError, match="would hide"):
-            run_doc("true", inventory, tmp_path / "view", 60, mounts={"/tmp/bench": tmp_path})
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    missing = Path(f"/vllm-fleet-doc-test-{os.getpid()}")
+    bench = Path(f"/tmp/vllm-fleet-doc-test-{os.getpid()}/bench")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    line = f"cat {missing}/data/mmlu/set.txt > {bench}/copy && ls {kept}"
+    proc = run_doc(line, inventory, tmp_path / "view", 60,
+                   mounts={f"{missing}/data/mmlu": data, str(bench): out, str(kept): data})
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "copy").read_text() == "the set\n"
+    assert proc.stdout.split() == ["set.txt"]  # an existing directory, bound over for the run
+    assert not missing.exists() and not bench.parent.exists()
+    assert kept.is_dir() and list(kept.iterdir()) == []

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.doc_commands import ROOT, run_doc_command, view_dir
+from tests.doc_commands import ROOT, run_doc_command
 
 ENV = ("VLLM_FLEET_LAB_INVENTORY", "VLLM_FLEET_ENGINE_URL", "VLLM_FLEET_ENGINE_KEY")
 #: The lab's chat model (lab/inventory/cpu-models.jinja) and the seed model the page puts beside it.
@@ -44,17 +43,14 @@ def prefix_cache(url: str, key: str) -> tuple[float, float]:
     return counter("prefix_cache_hits_total"), counter("prefix_cache_queries_total")
 
 
-def test_seed_000s_chat_test_on_the_real_engine_as_the_page_writes_it():
+def test_seed_000s_chat_test_on_the_real_engine_as_the_page_writes_it(tmp_path):
     missing = [name for name in ENV if not os.environ.get(name)]
     if missing:
         pytest.skip(f"run by molecule/cpu/verify.yml, which sets {', '.join(missing)}")
     url, key = os.environ["VLLM_FLEET_ENGINE_URL"], os.environ["VLLM_FLEET_ENGINE_KEY"]
     inventory = Path(os.environ["VLLM_FLEET_LAB_INVENTORY"])
-    # The page's /tmp/bench: a directory beside the checkout view (not under /tmp, which the run's
-    # mount namespace covers).
-    out = view_dir(inventory).parent / "bench-page"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out = tmp_path / "bench"  # the page's /tmp/bench, for the run alone
+    out.mkdir()
     # The page's secrets file is the scenario's: the key the run gave the engine.
     assert yaml.safe_load((ROOT / "molecule/cpu/vars/secrets.yml").read_text())["fleet_serve_api_key"] == key
     hits_before, _ = prefix_cache(url, key)
