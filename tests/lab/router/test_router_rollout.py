@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.doc_commands import view_dir
 from tests.lab.conftest import run_doc_command
 from tests.lab.router.conftest import (
     BASE,
@@ -39,6 +40,7 @@ from tests.lab.router.conftest import (
     set_host_vars,
     vllm_fleet,
 )
+from vllm_fleet.canary import HISTORY_DIR, entries
 from vllm_fleet.vendors import vendor_release_id
 
 
@@ -171,20 +173,22 @@ def test_the_accuracy_gate_runs_as_the_rollouts_page_writes_it_with_the_real_eva
                            capture_output=True, text=True, timeout=3600, check=False)
     assert built.returncode == 0, built.stderr[-3000:]
     evalscope_bin = Path(built.stdout.strip())
-    view = INVENTORY.parent / "checkout"
-    for kept in ("vllm-fleet-bench/history", "vllm-fleet-bench/canary-accuracy"):
-        shutil.rmtree(view / kept, ignore_errors=True)
+    # The page names no --history-dir: the default one, under the directory the line runs from, and the
+    # accuracy runs' files beside it; emptied first, so that nothing is judged against an earlier run.
+    history = view_dir(INVENTORY) / HISTORY_DIR
+    shutil.rmtree(history.parent, ignore_errors=True)
+    dataset = ROOT / "lab" / "fixtures" / "datasets" / "mmlu-tiny"
     started = time.monotonic()
     proc = run_doc_command("docs/operations/rollouts.md", "--accuracy-set /data/mmlu", inventory=INVENTORY,
-                           mounts={"/data/mmlu": ROOT / "lab" / "fixtures" / "datasets" / "mmlu-tiny"},
-                           path=(evalscope_bin,))
+                           mounts={"/data/mmlu": dataset}, path=(evalscope_bin,))
     print(f"\nrollouts.md's accuracy line: exit {proc.returncode} in {time.monotonic() - started:.1f} s")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    (entry,) = json.loads((view / "vllm-fleet-bench" / "history" / f"{MODEL}.json").read_text())
+    (entry,) = entries(history, MODEL)
     assert entry["host"] == NODES[0] and entry["accuracy"] == 0.0, entry
     assert entry["accuracy_set"] == "/data/mmlu (at most 20 per subset)", entry
-    (report,) = (view / "vllm-fleet-bench" / "canary-accuracy").glob(f"*/{NODES[0]}-{MODEL}/*/reports/*/mmlu.json")
-    # Every question of the set was asked (3 subjects of 4, under the limit of 20 each).
-    assert [m["num"] for m in json.loads(report.read_text())["metrics"]] == [12], report
+    (report,) = history.parent.glob(f"*/*/{NODES[0]}-{MODEL}/*/reports/*/mmlu.json")
+    # Every question of the set was asked (each subject has fewer than the limit of 20).
+    questions = len((dataset / "all" / "test.jsonl").read_text().splitlines())
+    assert [m["num"] for m in json.loads(report.read_text())["metrics"]] == [questions], report
     assert "accuracy 0.0" in proc.stdout, proc.stdout[-4000:]
     assert chat(routed_quiet[1])
