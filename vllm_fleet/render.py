@@ -218,9 +218,9 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
     a process sees, reset to the container's own numbering), control_devices,
     volumes ("host:container[:mode]"), models_dir and models_mount (the host's
     models directory and where it is mounted), and launcher (argv run in the
-    container before vllm serve, e.g. sourcing CANN). The model's port is
-    published on the same port; the environment comes from the same files as in
-    host mode.
+    container before vllm serve, e.g. sourcing CANN) and network ("bridge": the model's port is
+    published on the same port; "host": the container shares the node's network and the engine listens
+    on the model's address). The environment comes from the same files as in host mode.
     """
     name = model["unit"]
     argv = [runtime, "run", "--rm", "--name", name, *settings.get("options", [])]
@@ -246,12 +246,18 @@ def container_argv(model: dict, settings: dict, *, runtime: str, env_files: list
         # The container sees only the model's devices, numbered from 0; the host's numbers
         # in the environment file would name devices it does not have (-e wins over --env-file).
         argv += ["-e", f"{visible}=" + ",".join(str(i) for i in range(len(model["devices"])))]
-    # Published on the model's listen address only; inside its own network namespace the
-    # engine listens on every interface of the container (its loopback is not the host's).
     listen = model.get("listen") or "127.0.0.1"
-    published = f"[{listen}]" if ":" in listen else listen
-    argv += ["-p", f"{published}:{model['port']}:{model['port']}", image]
-    inner = dict(model, listen="0.0.0.0")
+    if settings.get("network") == "host":
+        # The node's own network (fleet_container_network host): the engine listens on the model's
+        # address itself, as in host mode; nothing is published.
+        argv += ["--network=host", image]
+        inner = dict(model)
+    else:
+        # Published on the model's listen address only; inside its own network namespace the
+        # engine listens on every interface of the container (its loopback is not the host's).
+        published = f"[{listen}]" if ":" in listen else listen
+        argv += ["-p", f"{published}:{model['port']}:{model['port']}", image]
+        inner = dict(model, listen="0.0.0.0")
     if models_dir and mount:
         inner["path"] = container_model_path(model["path"], models_dir, mount)
         if "lora_modules" in model["serve"]:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from vllm_fleet import vendors
 from vllm_fleet.project import PROJECT_DIR
-from vllm_fleet_lab import inventory, nodes, rootfs, www
+from vllm_fleet_lab import images, inventory, nodes, rootfs, www
 from vllm_fleet_lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
+from vllm_fleet_lab.www import lab_matrix_versions
 
 VENDORS = vendors.VENDORS
 DEFAULT_LAB = "lab"
@@ -45,14 +46,16 @@ def default_inventory_dir(name: str) -> Path:
 
 def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port_base: int | None = None,
        inventory_dir: Path | None = None, routers: int = 0, monitors: int = 0, mirror: bool = False,
-       log=print) -> list[dict]:
+       container_nodes=(), log=print) -> list[dict]:
     """Bring the lab to the requested shape and return its status.
 
     `routers` adds that many router nodes (router-01, ...: no accelerator, in the inventory's
     `router` group) after the fleet's nodes; `monitors` that many monitoring nodes
     (monitoring-01, ...: Prometheus, in the `monitoring` group) after them. `mirror` adds
     mirror-01 (the group `mirror`: the lab as an air-gapped site), filled with `vllm-fleet mirror
-    sync` from the lab's web root, which then plays the internet only."""
+    sync` from the lab's web root, which then plays the internet only. `container_nodes` (NVIDIA node
+    names) run in container mode with podman, pulling upstream's vLLM image, which the lab's registry
+    (vllm_fleet_lab.images) then holds, built from the engine stand-in."""
     _check_host()
     vendors = list(vendors)
     unknown = sorted(set(vendors) - set(VENDORS))
@@ -62,6 +65,11 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
         raise LabError("--nodes must be between 1 and 90 divided by the number of vendors (routers included)")
     if routers < 0 or monitors < 0:
         raise LabError("--routers and --monitoring must be 0 or more")
+    container_nodes = set(container_nodes)
+    in_lab = {f"nvidia-{i:02d}" for i in range(1, nodes_per_vendor + 1)} if "nvidia" in vendors else set()
+    if container_nodes - in_lab:
+        raise LabError(f"container mode is for the lab's NVIDIA nodes ({', '.join(sorted(in_lab)) or 'none'}), "
+                       f"the image its registry holds is NVIDIA's: not {', '.join(sorted(container_nodes - in_lab))}")
     paths = lab_paths(name, port_base)
     paths.root.mkdir(parents=True, exist_ok=True)
     _ensure_key(paths)
@@ -77,6 +85,11 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     # Restarted on every `up`, so a changed fixture server is what the nodes talk to.
     www.stop_server(paths)
     www.start_server(paths)
+    images.stop_registry(paths)
+    if container_nodes:  # the "internet's" registry, holding upstream's vLLM image as the NVIDIA matrix pins it
+        images.start_registry(paths)
+        version = lab_matrix_versions()["nvidia"]["vllm"]
+        images.publish(paths, images.build_image(base, paths.www / "pypi" / "packages", version, log=log), version)
 
     wanted = []
     index = 0
@@ -84,7 +97,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
         for i in range(1, nodes_per_vendor + 1):
             node_name = f"{vendor}-{i:02d}"
             wanted.append(nodes.Node(name=node_name, vendor=vendor, index=index, ssh_port=paths.ssh_port(index),
-                                     machine=f"vf-{name}-{node_name}"))
+                                     machine=f"vf-{name}-{node_name}", container=node_name in container_nodes))
             index += 1
     for kind, count in ((nodes.ROUTER, routers), (nodes.MONITORING, monitors), (nodes.MIRROR, int(mirror))):
         for i in range(1, count + 1):
@@ -216,6 +229,7 @@ def down(name: str = DEFAULT_LAB, purge: bool = False, log=print) -> None:
     if name in known_labs():
         paths = lab_paths(name)
         www.stop_server(paths)
+        images.stop_registry(paths)
         if paths.nodes_dir.exists():
             for node_path in sorted(paths.nodes_dir.iterdir()):
                 log(f"removing node {node_path.name}")

@@ -40,6 +40,9 @@ def add_command(subparsers, name: str) -> argparse.ArgumentParser:
     p_up.add_argument("--mirror", action="store_true",
                       help="add mirror-01, the fleet's own mirror filled from the lab's web root: the lab as an "
                       "air-gapped site (docs/air-gapped.md)")
+    p_up.add_argument("--container-nodes", default="", metavar="NODES",
+                      help="NVIDIA nodes (comma-separated, e.g. nvidia-01) run in container mode with podman, "
+                      "pulling upstream's vLLM image from the lab's registry (lab/fixtures/README.md)")
     p_up.add_argument("--inventory", help="where to write the inventory (default: inventories/<name>)")
     p_down = lab_sub.add_parser("down", help="remove every trace of the lab")
     p_down.add_argument("--purge", action="store_true", help="also remove the build cache (rootfs, downloads)")
@@ -70,7 +73,7 @@ def cmd_lab(args) -> int:
             inv = Path(args.inventory) if args.inventory else None
             rows = lab.up(args.name, vendors=vendors, nodes_per_vendor=args.nodes, port_base=args.port_base,
                           inventory_dir=inv, routers=args.routers, monitors=args.monitoring, mirror=args.mirror,
-                          log=log)
+                          container_nodes=list(filter(None, args.container_nodes.split(","))), log=log)
         elif args.lab_command == "down":
             lab.down(args.name, purge=args.purge, log=log)
             return EXIT_OK

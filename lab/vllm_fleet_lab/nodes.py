@@ -32,6 +32,14 @@ ROUTER = "router"
 MONITORING = "monitoring"
 #: The kind of a lab node that serves the fleet's own mirror (roles/services/mirror): the lab as an air-gapped site.
 MIRROR = "mirror"
+#: podman's settings on a node in container mode, the node's own (a site's host configuration, written by
+#: `lab up`, not by a role): vfs storage (a node has no /dev/fuse for overlay), no session keyring (nspawn's
+#: seccomp refuses crun's), no cgroups of its own (a node sees cgroup v1 without the pids controller).
+CONTAINERS_CONF = {
+    "etc/containers/storage.conf": '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\n'
+                                   'graphroot = "/var/lib/containers/storage"\n',
+    "etc/containers/containers.conf": '[containers]\nkeyring = false\ncgroups = "disabled"\n',
+}
 #: Kinds of lab nodes without accelerators (no fleet nodes).
 SERVICE_KINDS = (ROUTER, MONITORING, MIRROR)
 # systemd-nspawn exits with this status when the container asked for a reboot.
@@ -45,6 +53,9 @@ class Node:
     index: int
     ssh_port: int
     machine: str
+    # Container mode (`lab up` with container_nodes): the node runs its engine in upstream's image with
+    # podman, set by its host_vars; the node has podman's settings of the lab (CONTAINERS_CONF).
+    container: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -84,6 +95,10 @@ def create_node(paths: LabPaths, node: Node, rootfs: Path) -> None:
         hardware.install_none(d / "pci")
     else:
         hardware.install(node.vendor, node.index, root, d / "pci")
+    if node.container:
+        for rel, text in CONTAINERS_CONF.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text("# Written by vllm-fleet lab: podman on a systemd-nspawn node.\n" + text)
     (d / "node.json").write_text(node.to_json())
     _write_supervisor(paths, node, d)
 

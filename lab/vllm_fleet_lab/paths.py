@@ -73,6 +73,15 @@ class LabPaths:
     def web_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
 
+    @property
+    def registry_port(self) -> int:
+        """The lab's container registry (vllm_fleet_lab.images): upstream's images."""
+        return self.port_base + 101
+
+    @property
+    def registry_host(self) -> str:
+        return f"127.0.0.1:{self.registry_port}"
+
     def ssh_port(self, index: int) -> int:
         """SSH port of the node with this 0-based index in the lab."""
         return self.port_base + 1 + index

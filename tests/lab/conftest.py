@@ -40,12 +40,13 @@ def pytest_collection_modifyitems(items):
 
 @contextlib.contextmanager
 def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, routers: int = 0,
-                mirror: bool = False):
+                mirror: bool = False, container_nodes=()):
     """A lab of its own for the tests of a session, package or module (every lab fixture is this):
     fresh nodes (tests expect nodes that were never provisioned), `nodes` per vendor, `routers`
     router nodes and, with `mirror`, the fleet's own mirror (mirror-01, filled by `vllm-fleet mirror
-    sync`), its inventory at `inventory`; yields the lab API, and removes the lab after, unless
-    VLLM_FLEET_KEEP_LAB=1 keeps it for a look at the nodes. Skips where the lab cannot run (not root)."""
+    sync`), `container_nodes` in container mode, its inventory at `inventory`; yields the lab API, and
+    removes the lab after, unless VLLM_FLEET_KEEP_LAB=1 keeps it for a look at the nodes. Skips where
+    the lab cannot run (not root)."""
     import vllm_fleet_lab as lab_api
 
     if os.geteuid() != 0:
@@ -53,7 +54,7 @@ def lab_session(name: str, inventory: Path, vendors: list[str], nodes: int = 1, 
     quiet = lambda m: None  # noqa: E731
     lab_api.down(name, log=quiet)
     lab_api.up(name, vendors=vendors, nodes_per_vendor=nodes, routers=routers, mirror=mirror,
-                inventory_dir=inventory, log=quiet)
+                container_nodes=container_nodes, inventory_dir=inventory, log=quiet)
     try:
         yield lab_api
     finally:

@@ -56,6 +56,13 @@ def test_containers_publish_on_the_listen_address_only():
         inside = argv[argv.index("img") + 1:]
         # Inside its own network namespace the engine listens on the container's interfaces.
         assert inside[inside.index("--host") + 1] == "0.0.0.0"
+        # On the node's own network (fleet_container_network host) nothing is published: the engine
+        # listens on the model's address itself.
+        argv = render.container_argv(resolve(listen=listen), {**settings, "network": "host"}, runtime="podman",
+                                     env_files=[], image="img")
+        inside = argv[argv.index("img") + 1:]
+        assert "-p" not in argv and "--network=host" in argv[:argv.index("img")]
+        assert inside[inside.index("--host") + 1] == listen
 
 
 def test_host_in_serve_is_refused_where_it_is_written():

@@ -192,6 +192,7 @@ def test_each_host_gets_the_packages_its_groups_roles_install():
     assert "nvidia-driver-570=570.195.03-0ubuntu0.22.04.1" in n1.specs and n1.index["repositories"] == [NVIDIA_REPO]
     assert "libnuma1" in n2.specs and "libnuma1" not in n1.specs          # the CPU contract's packages
     assert not any(s.startswith("nvidia-container") for s in n1.specs)    # host mode: no container toolkit
+    assert not {"docker.io", "podman"} & set(n1.specs + n2.specs)        # ... and no container engine
     assert "prometheus-node-exporter" not in n1.index["without_recommends"]  # no monitoring host
     assert r1.specs == ["haproxy", "nginx-light", "python3-apt", "python3-venv"]   # the inventory's router_packages
     assert x1.specs == sorted(role_default("mirror_packages") + role_default("mirror_registry_packages")
@@ -201,6 +202,10 @@ def test_each_host_gets_the_packages_its_groups_roles_install():
     sets = _sets(_fleet(groups={"monitoring": ["m1"]}, fleet_deploy_mode="container") | {
         "m1": {"groups": {"monitoring": ["m1"]}}})
     assert {"nvidia-container-toolkit=1.17.8-1", "libnvidia-container1=1.17.8-1"} <= set(sets["n1"].specs)
+    # The engine fleet_container_runtime names (blocks/container_image), and not the other one.
+    assert "docker.io" in sets["n1"].specs and "podman" not in sets["n1"].specs
+    podman = _sets(_fleet(fleet_deploy_mode="container", fleet_container_runtime="podman"))["n1"]
+    assert "podman" in podman.specs and "docker.io" not in podman.specs
     assert sets["n1"].index["without_recommends"] == ["prometheus-node-exporter"]
     assert sets["m1"].index["without_recommends"] == ["prometheus", "prometheus-node-exporter"]
     # Hosts alike share one set.

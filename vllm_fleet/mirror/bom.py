@@ -55,8 +55,8 @@ from vllm_fleet.role_specs import role_default
 #: The variables of a host the bill is read from (rendered, as a play sees them).
 KEYS = ("groups", "fleet_accelerator", "fleet_matrix", "fleet_models", "fleet_deploy_mode", "fleet_architecture",
         "fleet_artifact_base_url", "fleet_github_mirror", "fleet_pip_index_url", "fleet_pip_extra_index_urls",
-        "fleet_pip_trusted_hosts", "fleet_hub", "fleet_container_registry", "fleet_system_python",
-        "fleet_mirror_apt")
+        "fleet_pip_trusted_hosts", "fleet_hub", "fleet_container_registry", "fleet_container_runtime",
+        "fleet_system_python", "fleet_mirror_apt")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class AptSet:
     contract: bool = False
     recommends: bool = True            # the task takes their Recommends (apt's default), or install_recommends: false
     when: str = ""                     # only where the inventory has hosts in this group (the role runs only then)
+    deploy_mode: str = ""              # only on nodes in this fleet_deploy_mode
+    runtime: str = ""                  # only on nodes whose fleet_container_runtime is this
 
 
 #: Every apt package a role installs from the distribution, by the hosts it installs it on: with the
@@ -90,6 +92,11 @@ APT_SETS = (
     AptSet("services/router", ("router",), option="router_packages"),
     AptSet("services/router", ("router",), names=("python3-venv", "nginx-light")),  # the pools' venv, the page
     AptSet("services/mirror", ("mirror",), option="mirror_packages"),
+    # The container engine of the nodes in container mode, by their fleet_container_runtime (tasks/engine.yml).
+    AptSet("blocks/container_image", ("fleet",), option="container_image_podman_packages", deploy_mode="container",
+           runtime="podman"),
+    AptSet("blocks/container_image", ("fleet",), option="container_image_docker_packages", deploy_mode="container",
+           runtime="docker"),
     # Installed only when the mirror holds images (tasks/registry.yml): listed for every mirror host.
     AptSet("services/mirror", ("mirror",), option="mirror_registry_packages"),
     # Ansible's apt module installs python3-apt itself on a host that lacks it, before any role's package.
@@ -306,8 +313,11 @@ def apt_packages(host: str, hv: dict, vendor: str | None,
     with_rec: set[str] = set()
     without: set[str] = set()
     whence: list[str] = []
+    mode = hv.get("fleet_deploy_mode") or role_default("fleet_deploy_mode")
+    runtime = hv.get("fleet_container_runtime") or role_default("fleet_container_runtime")
     for row in APT_SETS:
-        if not member & set(row.groups) or (row.when and not groups.get(row.when)):
+        if not member & set(row.groups) or (row.when and not groups.get(row.when)) \
+                or (row.deploy_mode and row.deploy_mode != mode) or (row.runtime and row.runtime != runtime):
             continue
         if row.contract:
             names = vendors.contract(vendor)["packages"] if fleet else []
@@ -324,7 +334,6 @@ def apt_packages(host: str, hv: dict, vendor: str | None,
             (with_rec if row.recommends else without).update(str(n) for n in names)
             whence.append(source)
     repositories: list[dict] = []
-    mode = hv.get("fleet_deploy_mode") or role_default("fleet_deploy_mode")
     for owner, row in vendor_apt_sets():
         entry = matrix.get(row["matrix"])
         if not fleet or vendor != owner or mode not in row.get("deploy_modes", [mode]) \

@@ -1,6 +1,8 @@
 """Hub models to three lab nodes in waves, from the fleet's mirror and from each other (issue 37;
 roles/blocks/model_fetch with model_fetch_distribution `waves`, playbooks/distribute.yml), on a
-lab of its own: three NVIDIA nodes and mirror-01, filled by `vllm-fleet mirror sync`.
+lab of its own: three NVIDIA nodes and mirror-01, filled by `vllm-fleet mirror sync`; nvidia-03 runs
+in container mode (podman, upstream's vLLM image), so the sync also copied that image from the lab's
+registry (the "internet's", vllm_fleet_lab.images).
 
 What site.yml runs before its converge (its validate, mirror and distribute playbooks), then the
 distribute playbook alone (validation and the mirror were shown on the first run; the waves are
@@ -19,11 +21,17 @@ on each node's share) and against the mirror's copy, file by file:
 
 Then docs/air-gapped.md's commands as written, on the mirror the lab filled: a second sync finds
 everything present and fetches nothing, the mirror is packed onto "the USB disk", verified there,
-unpacked on "the other side" and verified again.
+unpacked on "the other side" and verified again (the image's blobs with the rest).
+
+Last, container mode from the mirror: site.yml on nvidia-03 installs podman from the mirror's apt
+repository, pulls the image from the mirror's registry (roles/services/mirror filled it from the
+sync's OCI layout), and serves the model in it; the lab's registry is asked nothing after the sync,
+and a second run changes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -40,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[3]
 LAB = os.environ.get("VLLM_FLEET_LAB_PREFIX", "") + "distribution"
 INVENTORY = ROOT / ".cache" / "distribution-test" / "inventory"
 NODES = ["nvidia-01", "nvidia-02", "nvidia-03"]
+CONTAINER = "nvidia-03"
 MIRROR = "mirror-01"
 BEFORE_CONVERGE = ["playbooks/validate.yml", "playbooks/mirror.yml"]
 # The model the lab's NVIDIA nodes serve (lab/inventory/group_vars/nvidia-nodes/models.yml.j2),
@@ -67,8 +76,10 @@ def out(proc: subprocess.CompletedProcess) -> str:
 @pytest.fixture(scope="module")
 def lab():
     start = time.monotonic()
-    with lab_session(LAB, INVENTORY, ["nvidia"], nodes=len(NODES), mirror=True) as lab_api:
-        print(f"\nlab up (3 NVIDIA nodes and the mirror, filled) {time.monotonic() - start:.1f} s")
+    with lab_session(LAB, INVENTORY, ["nvidia"], nodes=len(NODES), mirror=True,
+                     container_nodes=[CONTAINER]) as lab_api:
+        print(f"\nlab up (3 NVIDIA nodes, one in container mode, and the mirror, filled) "
+              f"{time.monotonic() - start:.1f} s")
         (INVENTORY / "group_vars/nvidia-nodes/distribution.yml").write_text(
             yaml.safe_dump({"model_fetch_distribution": "waves"}))
         yield lab_api
@@ -201,3 +212,36 @@ def sums_here(directory: Path) -> dict[str, int]:
     """Every file under `directory` on this machine: {relative path: size}."""
     return {str(path.relative_to(directory)): path.stat().st_size
             for path in directory.rglob("*") if path.is_file() and not path.is_symlink()}
+
+
+def test_container_mode_installs_pulls_and_serves_from_the_mirror_alone(lab):
+    from vllm_fleet_lab import images
+    from vllm_fleet_lab.paths import lab_paths
+
+    paths = lab_paths(LAB)
+    host_vars = yaml.safe_load((INVENTORY / "host_vars" / f"{MIRROR}.yml").read_text())
+    record = json.loads(on(lab, MIRROR, f"cat {MIRROR_ROOT}/mirror.json"))["items"]
+    (key, image), = ((k, r) for k, r in record.items() if k.startswith(f"image:{images.REPOSITORY}:"))
+    synced = images.registry_requests(paths)  # the sync's, at lab up: the image copied into the mirror
+    assert f"/v2/{images.REPOSITORY}/manifests/{image['tag']}" in synced, synced
+    pulled = f"127.0.0.1:{host_vars['mirror_port']}/{key.removeprefix('image:')}"
+
+    site = [venv_tool("ansible-playbook"), "-i", str(INVENTORY), "site.yml", "-l", CONTAINER]
+    proc = run_kept(site, timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0, out(proc)
+    # The engine, from the mirror's apt repository (the only source the node's apt reads).
+    policy = on(lab, CONTAINER, "apt-cache policy podman")
+    assert re.search(rf"\*\*\* \S+ \d+\n\s+\d+ http://127\.0\.0\.1:{host_vars['mirror_port']}/apt", policy), policy
+    # The unit runs the mirror's image with the model's GPUs as CDI devices, and it answers.
+    command = on(lab, CONTAINER, "systemctl show -p ExecStart --value vllm-gpt-oss-20b")
+    assert "argv[]=podman run --rm --name vllm-gpt-oss-20b " in command and f" {pulled} -- vllm serve " in command
+    assert "--device=nvidia.com/gpu=0 --device=nvidia.com/gpu=1" in command, command
+    assert on(lab, CONTAINER, f"podman image inspect --format '{{{{.Digest}}}}' {pulled}").strip() == image["digest"]
+    port = re.search(r"--port (\d+)", command)[1]
+    models = on(lab, CONTAINER, f"curl -sf http://127.0.0.1:{port}/v1/models")
+    assert '"gpt-oss-20b"' in models, models
+    # Nothing was asked of the lab's registry (the "internet's") since the sync.
+    assert images.registry_requests(paths) == synced
+
+    again = run_kept(site, timeout=RUN_TIMEOUT)
+    assert again.returncode == 0 and recap(again.stdout)[CONTAINER]["changed"] == 0, changed_tasks(again.stdout)
