@@ -22,15 +22,13 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
+from vllm_fleet_lab import daemons
 from vllm_fleet_lab.paths import CACHE_DIR, LabPaths, cache_lock
-from vllm_fleet_lab.www import port_open
 
 #: The image upstream's registry holds, as the NVIDIA matrix names it (vllm_image.repository).
 REPOSITORY = "vllm/vllm-openai"
@@ -214,58 +212,24 @@ def _pidfile(paths: LabPaths) -> Path:
     return paths.root / "registry.pid"
 
 
-def registry_pid(paths: LabPaths) -> int | None:
-    try:
-        pid = int(_pidfile(paths).read_text())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        _pidfile(paths).unlink(missing_ok=True)
-        return None
-
-
 def start_registry(paths: LabPaths) -> None:
     """docker-registry on 127.0.0.1:registry_port over the lab's registry/ directory, its requests in
     registry.log (one JSON line each)."""
-    if registry_pid(paths) is not None:
-        return
     binary = shutil.which(REGISTRY_BIN)
     if binary is None:
         raise RuntimeError("docker-registry is not installed (Debian's package; scripts/setup unpacks it): the lab's "
                            "upstream registry is it")
-    if port_open(paths.registry_port):
-        raise RuntimeError(f"port {paths.registry_port} on 127.0.0.1 is taken by another program")
     config = paths.root / "registry.yml"
     config.write_text(json.dumps({
         "version": 0.1, "log": {"level": "info", "formatter": "json", "accesslog": {"disabled": False}},
         "storage": {"filesystem": {"rootdirectory": str(paths.root / "registry")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{paths.registry_port}"}}))
-    log = open(paths.root / "registry.log", "ab")
-    proc = subprocess.Popen([binary, "serve", str(config)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=True)
-    _pidfile(paths).write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if port_open(paths.registry_port):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise RuntimeError(f"the lab's registry did not start; see {paths.root / 'registry.log'}")
+        "http": {"addr": paths.registry_host}}))
+    daemons.start([binary, "serve", str(config)], _pidfile(paths), paths.root / "registry.log", paths.registry_port,
+                  "the lab's registry")
 
 
 def stop_registry(paths: LabPaths) -> None:
-    pid = registry_pid(paths)
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    _pidfile(paths).unlink(missing_ok=True)
+    daemons.stop(_pidfile(paths))
 
 
 def publish(paths: LabPaths, layout: Path, version: str) -> str:

@@ -6,18 +6,14 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 from vllm_fleet.mirror.fetch import fetch_content_deps
-from vllm_fleet_lab import artifacts, publishers
+from vllm_fleet_lab import artifacts, daemons, publishers
 from vllm_fleet_lab.paths import FIXTURES_DIR, INVENTORY_TEMPLATES, LabPaths
 
 WEB_SCRIPT = FIXTURES_DIR / "services" / "labweb.py"
@@ -201,54 +197,14 @@ def _pidfile(paths: LabPaths) -> Path:
 
 
 def server_pid(paths: LabPaths) -> int | None:
-    pidfile = _pidfile(paths)
-    if not pidfile.exists():
-        return None
-    try:
-        pid = int(pidfile.read_text())
-        os.kill(pid, 0)
-        return pid
-    except (ValueError, ProcessLookupError):
-        pidfile.unlink(missing_ok=True)
-        return None
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
+    return daemons.pid(_pidfile(paths))
 
 
 def start_server(paths: LabPaths) -> None:
-    if server_pid(paths) is not None:
-        return
-    if port_open(paths.web_port):
-        raise RuntimeError(f"port {paths.web_port} on 127.0.0.1 is taken by another program; "
-                           "choose another --port-base for this lab")
-    log = open(paths.root / "web.log", "ab")
-    proc = subprocess.Popen([sys.executable, str(WEB_SCRIPT), "--root", str(paths.www), "--port", str(paths.web_port),
-                             "--faults", str(faults_file(paths))],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    _pidfile(paths).write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if port_open(paths.web_port):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise RuntimeError(f"the lab web server did not start; see {paths.root / 'web.log'}")
+    daemons.start([sys.executable, str(WEB_SCRIPT), "--root", str(paths.www), "--port", str(paths.web_port),
+                   "--faults", str(faults_file(paths))], _pidfile(paths), paths.root / "web.log", paths.web_port,
+                  "the lab web server")
 
 
 def stop_server(paths: LabPaths) -> None:
-    pid = server_pid(paths)
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    _pidfile(paths).unlink(missing_ok=True)
+    daemons.stop(_pidfile(paths))
