@@ -384,3 +384,27 @@ def test_the_nodes_platform_tags_are_pips_on_the_mirror_s_release():
     here = [t for t in tags.platform_tags() if "manylinux" in t and t.endswith("x86_64")]
     if here and here[0] == "manylinux_2_36_x86_64":
         assert here == [t for t in x86 if "manylinux" in t]
+
+
+def test_a_wheel_of_several_sets_is_counted_once_and_a_held_one_not_at_all(tmp_path, monkeypatch):
+    """The plan's size (what --check prints and the disk check holds) is what the sync writes: each wheel
+    once in pypi/packages/, none the mirror holds already."""
+    def wheels(*names):
+        return [{"url": f"http://127.0.0.1:9/p/{n}-1.0-py3-none-any.whl", "sha256": ""} for n in names]
+
+    sizes = {"torch": 1000, "shared": 100, "held": 10, "own": 1}
+    monkeypatch.setattr(mirror_sync.fetch, "head_size", lambda url: sizes[url.rsplit("/", 1)[1].split("-")[0]])
+    entries = []
+    for key, names in (("a", ("torch", "shared", "held")), ("b", ("torch", "shared", "own"))):
+        entry = mirror_sync.Entry(bom.Item("pip", key), False)
+        monkeypatch.setattr(mirror_sync.fetch, "pip_resolve", lambda item, names=names: wheels(*names))
+        mirror_sync._size(entry)
+        entries.append(entry)
+    assert [e.size for e in entries] == [1110, 1101]  # each set alone
+    held = tmp_path / "pypi" / "packages" / "held-1.0-py3-none-any.whl"
+    held.parent.mkdir(parents=True)
+    held.write_bytes(b"x" * 10)
+    manifest = store.Manifest(tmp_path)
+    manifest.add_file("pypi/packages/held-1.0-py3-none-any.whl")
+    mirror_sync._count_wheels_once(entries, manifest)
+    assert [e.size for e in entries] == [1100, 1]

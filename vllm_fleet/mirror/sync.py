@@ -91,9 +91,29 @@ def plan(bill: bom.Bill, root: Path, log=print) -> list[Entry]:
         if entry.item.kind == "git" and entry.present:
             for dep in _deps(entry.item, root, bill):
                 entries.append(Entry(dep, _present(dep, manifest)))
+    _count_wheels_once(entries, manifest)
     _add_package_file_depends(entries, manifest, log)
     _plan_apt(entries, manifest, log)
     return entries
+
+
+def _count_wheels_once(entries: list[Entry], manifest: store.Manifest) -> None:
+    """A wheel of several sets (a vendor's torch in the venvs of its nodes and spans) is counted once, in
+    the first set that fetches it, and not at all when the mirror holds it: the size the plan says, and the
+    one the disk check holds against the free space, is what the sync writes (each wheel once, in
+    pypi/packages/), as for the apt sets (_plan_apt)."""
+    counted: set[str] = set()
+    for entry in entries:
+        wheels = entry.detail.get("wheels")
+        if entry.item.kind != "pip" or entry.present or not wheels:
+            continue
+        size = 0
+        for wheel in wheels:
+            rel = f"pypi/packages/{fetch.wheel_file(wheel['url'])}"
+            if rel not in counted and not manifest.has_file(rel, wheel["sha256"] or None):
+                size += wheel.get("size") or 0
+            counted.add(rel)
+        entry.size = size
 
 
 def package_file(item: bom.Item) -> bool:
@@ -174,8 +194,9 @@ def _size(entry: Entry) -> None:
     elif item.kind == "pip":
         wheels = fetch.pip_resolve(item)
         entry.detail["wheels"] = wheels
-        sizes = [fetch.head_size(w["url"]) for w in wheels]
-        entry.size = sum(s or 0 for s in sizes)
+        for wheel in wheels:
+            wheel["size"] = fetch.head_size(wheel["url"]) or 0
+        entry.size = sum(w["size"] for w in wheels)
     elif item.kind == "model" and item.hub in bom.DEFAULT_REVISION:
         info = fetch.hub("info", item)
         entry.detail["info"] = info
