@@ -18,11 +18,12 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 from vllm_fleet import vendors
 from vllm_fleet.project import PROJECT_DIR
 from vllm_fleet_lab import images, inventory, nodes, rootfs, www
 from vllm_fleet_lab.paths import CACHE_DIR, STATE_DIR, known_labs, lab_paths, release_ports
-from vllm_fleet_lab.www import lab_matrix_versions
 
 VENDORS = vendors.VENDORS
 DEFAULT_LAB = "lab"
@@ -42,6 +43,11 @@ def _check_host() -> None:
 
 def default_inventory_dir(name: str) -> Path:
     return PROJECT_DIR / "inventories" / name
+
+
+def _node_name(kind: str, number: int) -> str:
+    """A lab node's name: nvidia-01, router-01, mirror-01."""
+    return f"{kind}-{number:02d}"
 
 
 def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port_base: int | None = None,
@@ -66,7 +72,7 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     if routers < 0 or monitors < 0:
         raise LabError("--routers and --monitoring must be 0 or more")
     container_nodes = set(container_nodes)
-    in_lab = {f"nvidia-{i:02d}" for i in range(1, nodes_per_vendor + 1)} if "nvidia" in vendors else set()
+    in_lab = {_node_name("nvidia", i) for i in range(1, nodes_per_vendor + 1)} if "nvidia" in vendors else set()
     if container_nodes - in_lab:
         raise LabError(f"container mode is for the lab's NVIDIA nodes ({', '.join(sorted(in_lab)) or 'none'}), "
                        f"the image its registry holds is NVIDIA's: not {', '.join(sorted(container_nodes - in_lab))}")
@@ -86,22 +92,18 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     www.stop_server(paths)
     www.start_server(paths)
     images.stop_registry(paths)
-    if container_nodes:  # the "internet's" registry, holding upstream's vLLM image as the NVIDIA matrix pins it
-        images.start_registry(paths)
-        version = lab_matrix_versions()["nvidia"]["vllm"]
-        images.publish(paths, images.build_image(base, paths.www / "pypi" / "packages", version, log=log), version)
 
     wanted = []
     index = 0
     for vendor in vendors:
         for i in range(1, nodes_per_vendor + 1):
-            node_name = f"{vendor}-{i:02d}"
+            node_name = _node_name(vendor, i)
             wanted.append(nodes.Node(name=node_name, vendor=vendor, index=index, ssh_port=paths.ssh_port(index),
                                      machine=f"vf-{name}-{node_name}", container=node_name in container_nodes))
             index += 1
     for kind, count in ((nodes.ROUTER, routers), (nodes.MONITORING, monitors), (nodes.MIRROR, int(mirror))):
         for i in range(1, count + 1):
-            node_name = f"{kind}-{i:02d}"
+            node_name = _node_name(kind, i)
             wanted.append(nodes.Node(name=node_name, vendor=kind, index=index, ssh_port=paths.ssh_port(index),
                                      machine=f"vf-{name}-{node_name}"))
             index += 1
@@ -127,6 +129,12 @@ def up(name: str = DEFAULT_LAB, vendors=VENDORS, nodes_per_vendor: int = 1, port
     inventory.write(inv_dir, paths, wanted, manifest)
     (paths.root / "inventory_dir").write_text(str(inv_dir) + "\n")
     log(f"inventory written to {inv_dir}")
+    if container_nodes:  # the "internet's" registry, holding upstream's vLLM image as the NVIDIA matrix names it
+        matrix = yaml.safe_load((inv_dir / "group_vars" / "nvidia-nodes" / "matrix.yml").read_text())["fleet_matrix"]
+        image, version = matrix["vllm_image"], matrix["vllm"]["version"]
+        images.start_registry(paths)
+        layout = images.build_image(base, paths.www / "pypi" / "packages", version, image["tag"], log=log)
+        images.publish(paths, layout, image["repository"], image["tag"])
     for node in (n for n in wanted if n.vendor == nodes.MIRROR):
         fill_mirror(paths, node, inv_dir, log=log)
     return status(name)

@@ -1,6 +1,6 @@
 """The lab's container registry: the "internet's" registry of upstream images, for container mode.
 
-Upstream's vLLM OpenAI image (``vllm/vllm-openai:v<version>``, what the lab's NVIDIA matrix pins)
+Upstream's vLLM OpenAI image (the lab's NVIDIA matrix's ``vllm_image``, read from the inventory `lab up` wrote)
 is played by an image holding the engine stand-in: Debian 12's Python and bash taken from the
 lab's rootfs (the files they load, found with ldd in it), the stand-in's release wheel from the
 lab's pip index installed where a real image has vLLM (/usr/local/lib/python3.11/dist-packages),
@@ -30,8 +30,6 @@ from pathlib import Path
 from vllm_fleet_lab import daemons
 from vllm_fleet_lab.paths import CACHE_DIR, LabPaths, cache_lock
 
-#: The image upstream's registry holds, as the NVIDIA matrix names it (vllm_image.repository).
-REPOSITORY = "vllm/vllm-openai"
 #: Bumped whenever what goes into the image changes, so the cached layout is rebuilt.
 REVISION = 1
 #: What the image holds from the rootfs: bash (vllm-fleet's launcher is a bash script) and Python,
@@ -48,11 +46,6 @@ ETC = {
     "etc/group": "root:x:0:\nnogroup:x:65534:\n",
 }
 REGISTRY_BIN = "docker-registry"
-
-
-def tag_of(version: str) -> str:
-    """Upstream's tag of a vLLM release (v0.11.2)."""
-    return f"v{version}"
 
 
 def _wheel(packages: Path, version: str) -> Path:
@@ -166,18 +159,19 @@ def _blob(blobs: Path, data: bytes, media_type: str) -> dict:
     return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
 
-def build_image(rootfs: Path, packages: Path, version: str, log=print) -> Path:
-    """The OCI layout of REPOSITORY:tag_of(version), built once per rootfs, wheel and REVISION."""
+def build_image(rootfs: Path, packages: Path, version: str, tag: str, log=print) -> Path:
+    """The OCI layout of the stand-in's release `version` under `tag`, built once per rootfs, wheel, tag and
+    REVISION."""
     wheel = _wheel(packages, version)
-    key = hashlib.sha256(f"{rootfs.name}|{hashlib.sha256(wheel.read_bytes()).hexdigest()}|{REVISION}".encode()) \
-        .hexdigest()[:16]
+    key = hashlib.sha256(f"{rootfs.name}|{hashlib.sha256(wheel.read_bytes()).hexdigest()}|{tag}|{REVISION}"
+                         .encode()).hexdigest()[:16]
     layout = CACHE_DIR / "images" / key
     if (layout / "index.json").exists():
         return layout
     with cache_lock(layout):
         if (layout / "index.json").exists():
             return layout
-        log(f"building the lab's {REPOSITORY}:{tag_of(version)} image (the engine stand-in)")
+        log(f"building the lab's vLLM image {tag} (the engine stand-in)")
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "root"
             site = root / SITE
@@ -200,7 +194,7 @@ def build_image(rootfs: Path, packages: Path, version: str, log=print) -> Path:
         kind = "application/vnd.oci.image.manifest.v1+json"
         manifest = _blob(blobs, json.dumps({"schemaVersion": 2, "mediaType": kind, "config": config, "layers": [layer]},
                                            sort_keys=True).encode(), kind)
-        manifest["annotations"] = {"org.opencontainers.image.ref.name": tag_of(version)}
+        manifest["annotations"] = {"org.opencontainers.image.ref.name": tag}
         (new / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
         (new / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [manifest]}))
         shutil.rmtree(layout, ignore_errors=True)
@@ -232,10 +226,11 @@ def stop_registry(paths: LabPaths) -> None:
     daemons.stop(_pidfile(paths))
 
 
-def publish(paths: LabPaths, layout: Path, version: str) -> str:
-    """Push the layout's image into the lab's registry (skopeo; nothing is sent twice); its reference."""
-    reference = f"{paths.registry_host}/{REPOSITORY}:{tag_of(version)}"
-    subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:{tag_of(version)}",
+def publish(paths: LabPaths, layout: Path, repository: str, tag: str) -> str:
+    """Push the layout's image into the lab's registry as repository:tag (skopeo; nothing is sent twice); its
+    reference."""
+    reference = f"{paths.registry_host}/{repository}:{tag}"
+    subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:{tag}",
                     f"docker://{reference}"], check=True, capture_output=True)
     return reference
 
